@@ -5,13 +5,14 @@ package does not import TensorFlow; ``setup()`` does, quietly.
 """
 from __future__ import annotations
 
-from . import (bntrap, branches, check, checkpoints, counting, data, feeding, lrscaling, memory, parallel,
-               pipeline, placement, plots, processes, replicas, saving, scaling, training, visibility, widgets)
+from . import (bntrap, branches, check, checkpoints, counting, data, feeding, lrscaling, memory, multiworker,
+               parallel, pipeline, placement, plots, processes, replicas, saving, scaling, training, visibility, widgets)
 from .replicas import ReplicaHealthError, check_batch_plan, replica_report
 from .batching import plan_batches
 from .devices import SetupError, SetupReport, current, device_names, inventory, setup
 from .errors import expect_error
 from .memory import estimate_memory
+from .multiworker import PortInUseError, WorkerError, WorkerFailed, WorkerTimeout, launch_local_workers
 from .saving import load_verified, save_verified
 from .scaling import scaling_model
 from .visibility import parse_cuda_visible_devices
@@ -25,7 +26,8 @@ __all__ = [
     "scaling_model", "scaling", "feeding", "lrscaling",
     "replica_report", "ReplicaHealth", "ReplicaHealthError", "check_batch_plan", "replicas", "bntrap",
     "SetupError", "SetupReport", "check", "counting", "data", "parallel", "placement", "plots", "processes",
-    "training",
+    "training", "multiworker", "launch_local_workers", "WorkerError", "WorkerFailed", "WorkerTimeout",
+    "PortInUseError",
     "visibility", "widgets", "__version__",
 ]
 

@@ -12,7 +12,8 @@ __all__ = ["Verdict", "nb00_last_device", "nb00_simulated_speedup", "nb00_more_d
            "nb01_physical_behind", "nb01_count_with_garbage", "nb01_locking_call",
            "nb02_per_replica", "nb02_steps_per_epoch", "nb02_last_step", "nb03_less_memory", "nb03_bubble",
            "nb04_what_to_save", "nb04_reshuffle", "nb05_empty_replicas_a", "nb05_empty_replicas_b",
-           "nb05_identical_copies", "nb06_scaled_lr", "nb06_efficiency"]
+           "nb05_identical_copies", "nb06_scaled_lr", "nb06_efficiency",
+           "nb07_tf_config", "nb07_global_batch", "nb07_resume_step"]
 
 
 @dataclass(frozen=True)
@@ -234,3 +235,46 @@ def nb06_efficiency(answer: Any) -> Verdict:
     ok = isinstance(answer, (int, float)) and not isinstance(answer, bool) and abs(answer - right) < 0.01
     return _verdict(answer, ok, f"{right:.2f}: read it from kit.scaling.predict_curve(...)[-1].efficiency.",
                     "Give a fraction between 0 and 1 (e.g. 0.85). Use the explorer or kit.scaling.predict_curve.")
+
+
+# --- notebook 07 -------------------------------------------------------------------------------
+
+NB07_HOSTS = ["gpu-a:12345", "gpu-b:12345", "gpu-c:12345"]
+
+
+def nb07_tf_config(answer: Any) -> Verdict:
+    """TF_CONFIG (a JSON string or a dict) for the host gpu-c in the cluster gpu-a, gpu-b, gpu-c (port 12345)."""
+    import json
+
+    config = answer
+    if isinstance(answer, str):
+        try:
+            config = json.loads(answer)
+        except ValueError:
+            config = None
+    try:
+        ok = (config["cluster"] == {"worker": NB07_HOSTS} and config["task"]["type"] == "worker"
+              and config["task"]["index"] == 2 and not isinstance(config["task"]["index"], bool))
+    except (TypeError, KeyError):
+        ok = False
+    return _verdict(answer, ok, "Every host gets the same cluster list and its own index; gpu-c is index 2.",
+                    "Give a JSON string or dict like {'cluster': {'worker': [...]}, 'task': {'type': 'worker', "
+                    "'index': i}}, with the three hosts in order; kit.multiworker.tf_config(hosts, i) writes it.")
+
+
+def nb07_global_batch(answer: Any) -> Verdict:
+    """Three workers, one replica each: the smallest global batch of at least 64 the custom loop accepts."""
+    right = next(b for b in range(64, 200) if b % 3 == 0)
+    ok = _is_int(answer) and answer == right
+    return _verdict(answer, ok, f"{right} = 3 x 22: get_per_replica_batch_size needs a global batch divisible "
+                    "by the number of replicas in the whole cluster.",
+                    "Give a number: the global batch must split evenly over all replicas of all workers.")
+
+
+def nb07_resume_step(answer: Any) -> Verdict:
+    """Checkpoint after every 50th step; a worker dies during step 437 (from 0): where does the relaunch start?"""
+    right = (437 // 50) * 50
+    ok = _is_int(answer) and answer == right
+    return _verdict(answer, ok, f"{right}: the last checkpoint was written after step {right - 1}; steps "
+                    f"{right} to 436 are done again. Checkpoint more often when preemptions are frequent.",
+                    "Give a step number: the relaunch starts right after the last checkpoint, not at the crash.")

@@ -29,6 +29,10 @@ class CaughtError:
         return str(self.exception) if self.exception else ""
 
 
+def _indent(line: str) -> str:
+    return line[:len(line) - len(line.lstrip())]
+
+
 @contextlib.contextmanager
 def expect_error(*types: type[BaseException], match: str | None = None,
                  max_chars: int = 600, show: bool = True) -> Iterator[CaughtError]:
@@ -51,8 +55,10 @@ def expect_error(*types: type[BaseException], match: str | None = None,
             text = f"{type(exc).__name__}: {exc}"
             if len(text) > max_chars:
                 text = text[:max_chars].rstrip() + " [...]"
-            print(textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False,
-                                replace_whitespace=False))
+            # Wrap each line of the message on its own: multi-line messages keep their layout.
+            print("\n".join(textwrap.fill(line, width=100, break_long_words=False, break_on_hyphens=False,
+                                           replace_whitespace=False, subsequent_indent=_indent(line))
+                             for line in text.splitlines()))
     else:
         names = " or ".join(t.__name__ for t in types)
         raise AssertionError(

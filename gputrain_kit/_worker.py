@@ -1,0 +1,68 @@
+"""Entry point of one local worker: ``python -m gputrain_kit._worker SPEC.json``.
+
+Imports TensorFlow quietly (its C++ start-up chatter would otherwise fill the
+streamed log), then runs the script or the function the spec names. A function's
+return value is sent back with ``report(result=...)``. On an exception the
+traceback is printed without this file's own frames, and the exit status is 1.
+"""
+from __future__ import annotations
+
+import json
+import linecache
+import runpy
+import sys
+import traceback
+
+
+def _quiet_tensorflow() -> None:
+    from ._tf import import_tf
+    tf = import_tf()
+    tf.get_logger().setLevel("ERROR")
+    try:
+        import absl.logging
+        absl.logging.set_verbosity(absl.logging.ERROR)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _run(spec: dict) -> None:
+    from .multiworker import report
+    if spec["kind"] == "script":
+        sys.argv = [spec["path"], *spec["args"]]
+        runpy.run_path(spec["path"], run_name="__main__")
+        return
+    name = spec["name"]
+    filename = f"<worker function {name}>"
+    source = spec["source"]
+    # Register the source so tracebacks show the failing line.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace: dict = {"__name__": "__worker__", "report": report}
+    exec(compile(source, filename, "exec"), namespace)
+    result = namespace[name](**spec["kwargs"])
+    report(result=result)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m gputrain_kit._worker SPEC.json", file=sys.stderr)
+        return 2
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    try:
+        _quiet_tensorflow()
+        _run(spec)
+    except SystemExit as exit_:
+        code = exit_.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except BaseException as err:  # print the worker's own frames only
+        tb = err.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):
+            tb = tb.tb_next
+        sys.stdout.flush()
+        print("".join(traceback.format_exception(type(err), err, tb)).rstrip(), flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

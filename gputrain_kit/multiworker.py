@@ -1,0 +1,494 @@
+"""Several TensorFlow workers on one machine: what a multi-host job looks like, on 127.0.0.1.
+
+``MultiWorkerMirroredStrategy`` reads its cluster from ``TF_CONFIG``: every process
+gets the same list of ``host:port`` addresses and its own index. On a real
+cluster each host runs one worker; here ``launch_local_workers`` starts them as
+processes of this machine, on free loopback ports, streams their logs and
+returns what each one reported. A worker that fails or hangs never hangs the
+caller: on the first failure, on the time limit or on Ctrl-C, every worker's
+process group is killed (which frees its port) and the error names the worker
+and shows its last log lines.
+
+Inside a worker, ``report(name=value)`` sends JSON-able values back and
+``worker_task()`` says which worker this is.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ._args import require_bool, require_int
+
+__all__ = ["launch_local_workers", "WorkerResult", "LocalRun", "WorkerError", "WorkerFailed",
+           "WorkerTimeout", "PortInUseError", "free_ports", "tf_config", "worker_task", "WorkerTask",
+           "report", "chief_or_scratch_dir", "running"]
+
+_MARK = "__gputrain_kit_worker__"
+_HOST = "127.0.0.1"
+#: Lines in worker logs that mean its gRPC server could not bind its port.
+_PORT_CLASH = ("Address already in use", "Could not start gRPC server", "Failed to add port")
+#: Lines that mean a worker failed only because a peer disappeared (not the root cause).
+_PEER_LOST = ("Collective ops is aborted", "Socket closed", "failed to connect to all addresses",
+              "Connection reset by peer", "UnavailableError")
+
+
+# --------------------------------------------------------------------------- errors
+class WorkerError(RuntimeError):
+    """A local multi-worker run did not finish. ``.worker``: the index to blame (None if none);
+    ``.last_lines``: its last log lines; ``.pids`` and ``.ports``: what the run used (all stopped)."""
+
+    def __init__(self, message: str, *, worker: int | None = None, last_lines: Sequence[str] = (),
+                 pids: Sequence[int] = (), ports: Sequence[int] = (), logs: Sequence[Sequence[str]] = ()):
+        super().__init__(message)
+        self.worker = worker
+        self.last_lines = list(last_lines)
+        self.pids = list(pids)
+        self.ports = list(ports)
+        self.logs = [list(lines) for lines in logs]
+
+
+class WorkerFailed(WorkerError):
+    """A worker exited with a non-zero status; the others were stopped."""
+
+
+class WorkerTimeout(WorkerError):
+    """The run passed its time limit; every worker was stopped."""
+
+
+class PortInUseError(WorkerError):
+    """A port of the cluster is taken by another process."""
+
+
+# --------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class WorkerResult:
+    """What one worker did: its index, process id, port, exit status, reported values and log."""
+    index: int
+    pid: int
+    port: int
+    returncode: int
+    values: dict[str, Any]
+    log: list[str] = field(repr=False)
+
+    @property
+    def result(self) -> Any:
+        """The worker function's return value (None for a script)."""
+        return self.values.get("result")
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """Every worker's result, in index order, and the cluster they formed."""
+    workers: list[WorkerResult]
+    cluster: dict[str, list[str]]
+    seconds: float
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def __getitem__(self, index: int) -> WorkerResult:
+        return self.workers[index]
+
+    def __iter__(self):
+        return iter(self.workers)
+
+    @property
+    def results(self) -> list[Any]:
+        """Each worker's return value (or ``result=`` report), in index order."""
+        return [w.result for w in self.workers]
+
+    def values(self, name: str) -> list[Any]:
+        """The value each worker reported under ``name``, in index order."""
+        missing = [w.index for w in self.workers if name not in w.values]
+        if missing:
+            have = sorted({k for w in self.workers for k in w.values})
+            raise KeyError(f"worker(s) {missing} did not report {name!r}; reported names: {have}.")
+        return [w.values[name] for w in self.workers]
+
+
+# --------------------------------------------------------------------------- cluster description
+def free_ports(count: int, host: str = _HOST) -> list[int]:
+    """``count`` distinct ports that are free on ``host`` now (the OS picks them)."""
+    count = require_int("free_ports", "count", count, minimum=1, maximum=64)
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def running(pids: Sequence[int]) -> list[int]:
+    """The process ids in ``pids`` that are still running (to check that no worker was left behind)."""
+    alive = []
+    for pid in pids:
+        pid = require_int("running", "each pid", pid, minimum=1)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        except PermissionError:        # exists, owned by someone else
+            alive.append(pid)
+            continue
+        try:                           # a zombie has exited: it is not running
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+        except OSError:
+            pass
+        alive.append(pid)
+    return alive
+
+
+def _port_is_free(port: int, host: str = _HOST) -> bool:
+    """Could a server listen on ``port``? SO_REUSEADDR, as gRPC uses: closed connections lingering
+    in TIME_WAIT do not count, a process listening there does."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def tf_config(workers: Sequence[str], index: int, *, chief: str | None = None) -> str:
+    """The ``TF_CONFIG`` JSON for worker ``index`` of a cluster of ``host:port`` addresses.
+
+    Every host gets the same cluster and its own index; on a real cluster, export it
+    on each host before starting the same script there.
+    """
+    if isinstance(workers, str) or not isinstance(workers, Sequence) or not workers:
+        raise ValueError("tf_config: workers must be a non-empty list of 'host:port' strings, "
+                         "e.g. ['gpu-a:12345', 'gpu-b:12345'].")
+    for address in workers:
+        host, _, port = str(address).rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"tf_config: {address!r} is not 'host:port'; write e.g. 'gpu-a:12345'.")
+    if len(set(workers)) != len(workers):
+        raise ValueError(f"tf_config: addresses must be distinct, got {list(workers)}.")
+    index = require_int("tf_config", "index", index, minimum=0, maximum=len(workers) - 1)
+    cluster: dict[str, list[str]] = {"worker": list(workers)}
+    if chief is not None:
+        cluster = {"chief": [chief], "worker": list(workers)}
+    return json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+
+
+# --------------------------------------------------------------------------- inside a worker
+@dataclass(frozen=True)
+class WorkerTask:
+    """Which worker this process is: ``index`` of ``count``; worker 0 is the chief."""
+    index: int
+    count: int
+
+    @property
+    def is_chief(self) -> bool:
+        return self.index == 0
+
+
+def worker_task() -> WorkerTask:
+    """Read ``TF_CONFIG`` of this process (inside a worker). Without it: worker 0 of 1."""
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        return WorkerTask(0, 1)
+    try:
+        config = json.loads(raw)
+        return WorkerTask(int(config["task"]["index"]), len(config["cluster"]["worker"]))
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"worker_task: TF_CONFIG is not valid ({err}): {raw[:200]!r}") from err
+
+
+def chief_or_scratch_dir(path: str | os.PathLike) -> str:
+    """Where this worker should write a checkpoint: ``path`` on the chief, a scratch folder elsewhere.
+
+    With MultiWorkerMirroredStrategy every worker must take part in saving, but only
+    the chief's copy is kept; the others write to a throw-away directory.
+    """
+    task = worker_task()
+    if task.is_chief:
+        return os.fspath(path)
+    return tempfile.mkdtemp(prefix=f"gputrain-worker{task.index}-")
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "tolist"):     # numpy scalars and arrays, tf EagerTensor via .numpy()
+        return value.tolist()
+    if hasattr(value, "numpy"):
+        return value.numpy().tolist()
+    raise TypeError(f"worker values must be JSON-able (numbers, strings, lists, dicts); "
+                    f"got {type(value).__name__}: convert it, e.g. float(x) or x.tolist().")
+
+
+def report(**values: Any) -> None:
+    """Send values back to ``launch_local_workers`` (call it inside a worker)."""
+    print(_MARK + json.dumps(values, default=_json_default), flush=True)
+
+
+# --------------------------------------------------------------------------- the launcher
+def _payload(func: str, target: Any, args: Sequence[str], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    if callable(target):
+        name = getattr(target, "__name__", "")
+        if name == "<lambda>" or not inspect.isfunction(target):
+            raise ValueError(f"{func}: pass a function defined with `def` (or a script path), got {target!r}.")
+        if target.__code__.co_freevars:
+            raise ValueError(
+                f"{func}: {name}() uses variables of an enclosing function "
+                f"({', '.join(target.__code__.co_freevars)}). Workers are new processes that receive the "
+                "function's source only: define it at the top level, import what it needs inside it, "
+                "and pass values as kwargs=...")
+        try:
+            source = textwrap.dedent(inspect.getsource(target))
+        except (OSError, TypeError) as err:
+            raise ValueError(f"{func}: cannot read the source of {name}() ({err}); define it in a "
+                             "notebook cell or a .py file.") from err
+        try:
+            json.dumps(dict(kwargs))
+        except TypeError as err:
+            raise ValueError(f"{func}: kwargs must be JSON-able (numbers, strings, lists, dicts): {err}.") from err
+        return {"kind": "function", "name": name, "source": source, "kwargs": dict(kwargs)}
+    if isinstance(target, (str, os.PathLike)):
+        path = Path(target)
+        if path.suffix != ".py" or not path.is_file():
+            raise ValueError(f"{func}: {str(target)!r} is not an existing .py script; pass a script path "
+                             "or a function.")
+        if kwargs:
+            raise ValueError(f"{func}: kwargs= is for functions; pass a script's arguments as args=[...].")
+        return {"kind": "script", "path": str(path.resolve()), "args": [str(a) for a in args]}
+    raise ValueError(f"{func}: script_or_function must be a .py path or a function, got {type(target).__name__}.")
+
+
+def _root_cause(bad: list[int], logs, lines_q, take, open_streams, procs) -> int:
+    """Which failed worker to blame: one that did not merely lose a peer, else the first."""
+    until = time.monotonic() + 0.5            # let the failed workers' last lines arrive
+    while time.monotonic() < until and any(i in open_streams for i in bad):
+        try:
+            index, line = lines_q.get(timeout=0.05)
+        except queue.Empty:
+            continue
+        if line is None:
+            open_streams.discard(index)
+        else:
+            take(index, line)
+    bad = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
+    for index in bad:
+        if not any(marker in line for line in logs[index] for marker in _PEER_LOST):
+            return index
+    return bad[0]
+
+
+def _stream_to_stdout(index: int, line: str) -> None:
+    print(f"[worker {index}] {line}", flush=True)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, AttributeError):
+        proc.kill()
+
+
+def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathLike, workers: int = 2, *,
+                         kwargs: Mapping[str, Any] | None = None, args: Sequence[str] = (),
+                         timeout: float = 120, hide_gpus: bool = True, ports: Sequence[int] | None = None,
+                         env: Mapping[str, str] | None = None,
+                         log: str | Callable[[int, str], None] | None = "stream",
+                         last_lines: int = 8) -> LocalRun:
+    """Start ``workers`` processes that form one TensorFlow cluster on 127.0.0.1; return their results.
+
+    - ``script_or_function``: a ``.py`` script (run as ``__main__`` with ``args``) or a top-level
+      function (its source is sent; it is called with ``kwargs`` and its return value comes back).
+    - Each worker gets ``TF_CONFIG`` with the whole cluster and its own index.
+    - ``hide_gpus=True`` sets ``CUDA_VISIBLE_DEVICES=""`` in the workers (several processes on one
+      GPU would each grab its memory); with False each worker gets memory growth.
+    - ``ports``: fixed ports (checked free first); by default free ones are picked.
+    - ``log="stream"`` prints every line as ``[worker i] ...`` while they run; a callable
+      ``log(index, line)`` receives them instead; None keeps them (in the results) without printing.
+    - ``timeout`` (seconds) bounds the whole run. On the first failure, the time limit or an
+      interrupt every worker is killed, then WorkerFailed / WorkerTimeout / PortInUseError is raised
+      naming the worker and showing its last ``last_lines`` log lines.
+    """
+    func = "launch_local_workers"
+    workers = require_int(func, "workers", workers, minimum=1, maximum=16)
+    hide_gpus = require_bool(func, "hide_gpus", hide_gpus)
+    last_lines = require_int(func, "last_lines", last_lines, minimum=1, maximum=200)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"{func}: timeout must be a positive number of seconds, got {timeout!r}.")
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ValueError(f"{func}: kwargs must be a dict of keyword arguments, got {type(kwargs).__name__}.")
+    if isinstance(args, str) or not isinstance(args, Sequence):
+        raise ValueError(f"{func}: args must be a list of strings, got {args!r}.")
+    if not (log is None or log == "stream" or callable(log)):
+        raise ValueError(f"{func}: log must be 'stream', None or a function log(index, line), got {log!r}.")
+    emit = _stream_to_stdout if log == "stream" else log
+    payload = _payload(func, script_or_function, args, kwargs or {})
+
+    if ports is None:
+        ports = free_ports(workers)
+    else:
+        if isinstance(ports, (str, bytes)) or not isinstance(ports, Sequence):
+            raise ValueError(f"{func}: ports must be a list of {workers} port numbers, got {ports!r}.")
+        ports = [require_int(func, "each port", p, minimum=1024, maximum=65535) for p in ports]
+        if len(ports) != workers or len(set(ports)) != workers:
+            raise ValueError(f"{func}: ports must be {workers} distinct port numbers (one per worker), "
+                             f"got {ports}.")
+        busy = [p for p in ports if not _port_is_free(p)]
+        if busy:
+            raise PortInUseError(
+                f"port(s) {busy} on {_HOST} are already in use (another program, or workers of an earlier "
+                "run that are still shutting down). Pass ports=None to let the kit pick free ports, or stop "
+                "the program holding them.", ports=ports)
+    addresses = [f"{_HOST}:{p}" for p in ports]
+    cluster = {"worker": addresses}
+
+    base_env = dict(os.environ)
+    base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    base_env["PYTHONUNBUFFERED"] = "1"
+    if hide_gpus:
+        base_env["CUDA_VISIBLE_DEVICES"] = ""
+    else:
+        base_env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+    for key, value in (env or {}).items():
+        if not isinstance(value, str):
+            raise ValueError(f"{func}: environment values are strings, got {key}={value!r}.")
+        base_env[key] = value
+
+    spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="gputrain-worker-", delete=False)
+    with spec:
+        json.dump(payload, spec)
+    lines_q: "queue.Queue[tuple[int, str | None]]" = queue.Queue()
+    logs: list[list[str]] = [[] for _ in range(workers)]
+    values: list[dict[str, Any]] = [{} for _ in range(workers)]
+    procs: list[subprocess.Popen] = []
+
+    def pump(index: int, stream) -> None:
+        for raw in iter(stream.readline, ""):
+            lines_q.put((index, raw.rstrip("\n")))
+        stream.close()
+        lines_q.put((index, None))
+
+    def take(index: int, line: str) -> None:
+        if line.startswith(_MARK):
+            values[index].update(json.loads(line[len(_MARK):]))
+            return
+        logs[index].append(line)
+        if emit is not None:
+            emit(index, line)
+
+    def tail(index: int) -> list[str]:
+        return [line for line in logs[index] if line.strip()][-last_lines:]
+
+    def stop_all() -> None:
+        for proc in procs:
+            _kill_group(proc)
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover - a process ignoring SIGKILL
+                pass
+
+    def drain(open_streams: set[int], until: float) -> None:
+        while open_streams and time.monotonic() < until:
+            try:
+                index, line = lines_q.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if line is None:
+                open_streams.discard(index)
+            else:
+                take(index, line)
+
+    start = time.monotonic()
+    deadline = start + float(timeout)
+    open_streams = set(range(workers))
+    threads = []
+    try:
+        for index in range(workers):
+            worker_env = dict(base_env, TF_CONFIG=tf_config(addresses, index))
+            proc = subprocess.Popen([sys.executable, "-u", "-m", "gputrain_kit._worker", spec.name],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    text=True, errors="replace", env=worker_env, start_new_session=True)
+            procs.append(proc)
+            thread = threading.Thread(target=pump, args=(index, proc.stdout), daemon=True)
+            thread.start()
+            threads.append(thread)
+        pids = [p.pid for p in procs]
+        failed: int | None = None
+        while True:
+            try:
+                index, line = lines_q.get(timeout=0.05)
+                if line is None:
+                    open_streams.discard(index)
+                else:
+                    take(index, line)
+            except queue.Empty:
+                pass
+            codes = [p.poll() for p in procs]
+            bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                failed = _root_cause(bad, logs, lines_q, take, open_streams, procs)
+                break
+            if all(c == 0 for c in codes):
+                break
+            if time.monotonic() > deadline:
+                running = [i for i, c in enumerate(codes) if c is None]
+                stop_all()
+                drain(open_streams, time.monotonic() + 2)
+                first = running[0]
+                shown = "\n".join(f"  {line}" for line in tail(first)) or "  (no output)"
+                raise WorkerTimeout(
+                    f"the workers did not finish within {timeout:g} s: worker(s) {running} were still running "
+                    f"and all {workers} were stopped. A worker waiting for a peer that died or never started "
+                    f"hangs in its first collective; raise timeout= if the job is just slow.\n"
+                    f"Last lines of worker {first}:\n{shown}",
+                    worker=first, last_lines=tail(first), pids=pids, ports=ports, logs=logs)
+        if failed is not None:
+            # Let the failing worker's last words arrive before the others are stopped.
+            code = procs[failed].returncode
+            drain({failed} & open_streams, time.monotonic() + 2)
+            others = [i for i in range(workers) if i != failed]
+            stop_all()
+            drain(open_streams, time.monotonic() + 2)
+            lines = tail(failed)
+            shown = "\n".join(f"  {line}" for line in lines) or "  (no output)"
+            stopped = f" The other worker(s) {others} were stopped." if others else ""
+            error, why = WorkerFailed, ""
+            if any(marker in line for line in logs[failed] for marker in _PORT_CLASH):
+                error = PortInUseError
+                why = (f" Its port {ports[failed]} was taken by another process before TensorFlow could bind it "
+                       "('Could not start gRPC server'); run again and the kit picks new free ports.")
+            raise error(f"worker {failed} of {workers} failed (exit status {code}).{why}{stopped}\n"
+                        f"Last lines of worker {failed}:\n{shown}",
+                        worker=failed, last_lines=lines, pids=pids, ports=ports, logs=logs)
+        drain(open_streams, time.monotonic() + 10)
+    except BaseException:
+        stop_all()
+        raise
+    finally:
+        for thread in threads:
+            thread.join(timeout=2)
+        try:
+            os.unlink(spec.name)
+        except OSError:
+            pass
+    results = [WorkerResult(i, procs[i].pid, ports[i], procs[i].returncode, values[i], logs[i])
+               for i in range(workers)]
+    return LocalRun(results, cluster, time.monotonic() - start)

@@ -1,0 +1,290 @@
+"""Notebook 07: local multi-worker clusters, Keras 3's fit under MultiWorkerMirroredStrategy, faults.
+
+Every launch starts real worker processes (TensorFlow import included), so these tests
+take a few seconds each.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from gputrain_kit import check
+from gputrain_kit import multiworker as mw
+from conftest import last_json, run_python
+
+
+def train(steps=12, global_batch=32, crash_at=None, checkpoint_dir=None):
+    """A small custom MWMS loop: per-worker shards, global-batch loss, optional checkpoints."""
+    import numpy as np
+    import tensorflow as tf
+    import keras
+    from gputrain_kit.multiworker import chief_or_scratch_dir, worker_task
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    task = worker_task()
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 8)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(2)])
+        opt = keras.optimizers.SGD(0.1)
+        done = tf.Variable(0, dtype=tf.int64)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    if checkpoint_dir:
+        ckpt = tf.train.Checkpoint(model=model, optimizer=opt, done=done)
+        manager = tf.train.CheckpointManager(ckpt, chief_or_scratch_dir(checkpoint_dir), max_to_keep=1)
+        if tf.train.latest_checkpoint(checkpoint_dir):
+            ckpt.restore(tf.train.latest_checkpoint(checkpoint_dir))
+    start = int(done.numpy())
+
+    def dataset_fn(ctx):
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        return ds.repeat().batch(ctx.get_per_replica_batch_size(global_batch)).skip(start)
+
+    it = iter(strategy.distribute_datasets_from_function(dataset_fn))
+
+    @tf.function
+    def step(batch):
+        def replica(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=global_batch)
+            opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+            return loss
+        return strategy.reduce("SUM", strategy.run(replica, args=batch), axis=None)
+
+    losses, first = [], None
+    for s in range(start, steps):
+        if s == crash_at and task.index == 1:
+            raise RuntimeError(f"planned crash of worker 1 at step {s}")
+        batch = next(it)
+        if first is None:
+            first = strategy.experimental_local_results(batch[0])[0].numpy()[0].tolist()
+        losses.append(float(step(batch)))
+        done.assign(s + 1)
+        if checkpoint_dir and (s + 1) % 4 == 0:
+            manager.save()
+    weights = np.concatenate([w.numpy().ravel() for w in model.weights])
+    return {"replicas": strategy.num_replicas_in_sync, "start": start, "losses": losses,
+            "first": first, "weights": weights}
+
+
+def fit_under_mwms():
+    import numpy as np
+    import tensorflow as tf
+    import keras
+    import tf_keras
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    x = np.random.default_rng(0).normal(size=(128, 4)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+    out = {"tf.keras": tf.keras.layers.Dense.__module__.split(".")[0]}
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+        model.compile("sgd", "sparse_categorical_crossentropy")
+    try:
+        model.fit(x, y, batch_size=32, epochs=1, verbose=0)
+        out["keras3"] = "trained"
+    except ValueError as err:
+        out["keras3"] = str(err)
+    with strategy.scope():
+        legacy = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(2, activation="softmax")])
+        legacy.compile("sgd", "sparse_categorical_crossentropy")
+    out["tf_keras"] = legacy.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), epochs=1,
+                                 verbose=0).history["loss"]
+    return out
+
+
+def sleeper():
+    import time
+    print("about to hang", flush=True)
+    time.sleep(3600)
+
+
+def talker():
+    print("hello from a worker", flush=True)
+    import time
+    time.sleep(3600)
+
+
+# --------------------------------------------------------------------------- the behaviour notebook 07 shows
+def test_two_workers_train_and_agree_within_60_s():
+    started = time.monotonic()
+    run = mw.launch_local_workers(train, 2, log=None, timeout=60)
+    assert time.monotonic() - started < 60
+    a, b = run.results
+    assert a["replicas"] == b["replicas"] == 2
+    assert a["first"] != b["first"], "each worker must read its own shard"
+    assert np.array_equal(a["weights"], b["weights"])
+    assert a["losses"] == b["losses"]
+    assert a["losses"][-1] < a["losses"][0]
+    assert [w.returncode for w in run] == [0, 0]
+    assert mw.running([w.pid for w in run]) == []
+    assert run.cluster["worker"] == [f"127.0.0.1:{w.port}" for w in run]
+
+
+def test_keras3_fit_fails_under_mwms_and_tf_keras_fit_works():
+    """keras-team/keras#20585 on the installed versions: when this fails, Keras fixed it; update 07."""
+    run = mw.launch_local_workers(fit_under_mwms, 2, log=None, timeout=90, env={"TF_USE_LEGACY_KERAS": "1"})
+    for result in run.results:
+        assert result["keras3"].startswith("Attempt to convert a value (PerReplica"), result["keras3"][:300]
+        assert result["tf.keras"] == "tf_keras"
+        assert np.isfinite(result["tf_keras"]).all()
+    assert run.results[0]["tf_keras"] == run.results[1]["tf_keras"]
+
+
+def test_crash_is_reported_no_process_left_and_resume_matches(tmp_path):
+    whole = mw.launch_local_workers(train, 2, log=None, timeout=60)
+    with pytest.raises(mw.WorkerFailed) as info:
+        mw.launch_local_workers(train, 2, log=None, timeout=60,
+                                kwargs={"crash_at": 6, "checkpoint_dir": str(tmp_path)})
+    err = info.value
+    assert err.worker == 1
+    assert "planned crash of worker 1 at step 6" in str(err)
+    assert "worker 1 of 2 failed" in str(err)
+    assert mw.running(err.pids) == [] and len(err.pids) == 2
+    assert all(mw._port_is_free(p) for p in err.ports)
+    resumed = mw.launch_local_workers(train, 2, log=None, timeout=60, kwargs={"checkpoint_dir": str(tmp_path)})
+    assert resumed.results[0]["start"] == 4
+    assert np.array_equal(resumed.results[0]["weights"], whole.results[0]["weights"])
+
+
+def test_hung_worker_times_out_and_everything_is_stopped():
+    started = time.monotonic()
+    with pytest.raises(mw.WorkerTimeout) as info:
+        mw.launch_local_workers(sleeper, 2, log=None, timeout=12)
+    assert time.monotonic() - started < 25
+    err = info.value
+    assert "within 12 s" in str(err) and "about to hang" in str(err)
+    assert mw.running(err.pids) == []
+
+
+def test_port_in_use_is_a_clear_error_before_anything_starts():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        other = mw.free_ports(1)[0]
+        with pytest.raises(mw.PortInUseError, match=rf"\[{port}\].*already in use.*ports=None") as info:
+            mw.launch_local_workers(train, 2, ports=[port, other])
+        assert info.value.pids == []
+
+
+def test_port_taken_between_check_and_bind_is_named(monkeypatch):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        monkeypatch.setattr(mw, "_port_is_free", lambda p, host="": True)
+        with pytest.raises(mw.PortInUseError, match=rf"port {port} was taken") as info:
+            mw.launch_local_workers(train, 2, ports=[port, mw.free_ports(1)[0]], log=None, timeout=60)
+        assert mw.running(info.value.pids) == []
+
+
+def test_interrupt_stops_every_worker():
+    import psutil
+    me = psutil.Process()
+    seen: list[int] = []
+
+    def on_line(index, line):  # runs while the workers are up; then Jupyter's stop button
+        seen.extend(p.pid for p in me.children(recursive=True))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        mw.launch_local_workers(talker, 2, log=on_line, timeout=60)
+    assert len(seen) >= 2
+    assert mw.running(seen) == []
+
+
+def test_logs_stream_with_worker_prefix_and_scripts_report(tmp_path, capsys):
+    script = tmp_path / "job.py"
+    script.write_text("import sys\nfrom gputrain_kit.multiworker import report, worker_task\n"
+                      "print('argv', sys.argv[1:])\nreport(index=worker_task().index, count=worker_task().count)\n")
+    run = mw.launch_local_workers(script, 2, args=["--epochs", "3"], timeout=60)
+    out = capsys.readouterr().out
+    assert "[worker 0] argv ['--epochs', '3']" in out and "[worker 1] argv ['--epochs', '3']" in out
+    assert run.values("index") == [0, 1] and run.values("count") == [2, 2]
+    assert run[1].log == ["argv ['--epochs', '3']"]
+    with pytest.raises(KeyError, match="did not report 'loss'"):
+        run.values("loss")
+
+
+# --------------------------------------------------------------------------- real-cluster helpers
+def test_slurm_cluster_resolver_builds_the_cluster_from_slurm_variables():
+    proc = run_python("""
+        import json, os, tensorflow as tf
+        r = tf.distribute.cluster_resolver.SlurmClusterResolver(port_base=12345, gpus_per_node=4, gpus_per_task=4)
+        print(json.dumps({"cluster": r.cluster_spec().as_dict(), "task": list(r.get_task_info()),
+                          "gpus": os.environ["CUDA_VISIBLE_DEVICES"]}))
+        """, env={"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "gpu-[07-08]",
+                  "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "TF_CPP_MIN_LOG_LEVEL": "3"})
+    got = last_json(proc)
+    assert got == {"cluster": {"worker": ["gpu-07:12345", "gpu-08:12345"]}, "task": ["worker", 1], "gpus": "0,1,2,3"}
+
+
+def test_input_context_needs_a_global_batch_divisible_by_all_replicas():
+    import tensorflow as tf
+    ctx = tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=0, num_replicas_in_sync=3)
+    with pytest.raises(ValueError, match="not divisible"):
+        ctx.get_per_replica_batch_size(64)
+    assert ctx.get_per_replica_batch_size(66) == 22
+    assert check.nb07_global_batch(66) and not check.nb07_global_batch(64)
+
+
+def test_tf_config_and_worker_task(monkeypatch):
+    text = mw.tf_config(["a:1", "b:2", "c:3"], 2)
+    assert json.loads(text) == {"cluster": {"worker": ["a:1", "b:2", "c:3"]}, "task": {"type": "worker", "index": 2}}
+    monkeypatch.setenv("TF_CONFIG", text)
+    task = mw.worker_task()
+    assert (task.index, task.count, task.is_chief) == (2, 3, False)
+    scratch = mw.chief_or_scratch_dir("/shared/ckpt")
+    assert scratch != "/shared/ckpt" and os.path.isdir(scratch)
+    os.rmdir(scratch)
+    monkeypatch.setenv("TF_CONFIG", mw.tf_config(["a:1", "b:2"], 0))
+    assert mw.chief_or_scratch_dir("/shared/ckpt") == "/shared/ckpt"
+    monkeypatch.delenv("TF_CONFIG")
+    assert mw.worker_task() == mw.WorkerTask(0, 1)
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(ValueError, match="TF_CONFIG is not valid"):
+        mw.worker_task()
+    assert check.nb07_tf_config(mw.tf_config(check.NB07_HOSTS, 2))
+    assert check.nb07_tf_config(json.loads(mw.tf_config(check.NB07_HOSTS, 2)))
+    assert not check.nb07_tf_config(mw.tf_config(check.NB07_HOSTS, 1))
+    assert not check.nb07_tf_config("gpu-c")
+    assert check.nb07_resume_step(400) and not check.nb07_resume_step(437)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: mw.tf_config("a:1", 0), "non-empty list"),
+    (lambda: mw.tf_config(["a"], 0), "not 'host:port'"),
+    (lambda: mw.tf_config(["a:1", "a:1"], 0), "distinct"),
+    (lambda: mw.tf_config(["a:1"], 1), "at most 0"),
+    (lambda: mw.launch_local_workers(train, 0), "workers must be at least 1"),
+    (lambda: mw.launch_local_workers(lambda: 1), "defined with `def`"),
+    (lambda: mw.launch_local_workers(print), "defined with `def`"),
+    (lambda: mw.launch_local_workers("no_such_script.py"), "not an existing .py script"),
+    (lambda: mw.launch_local_workers(train, kwargs={"steps": object()}), "JSON-able"),
+    (lambda: mw.launch_local_workers(train, timeout=0), "positive number of seconds"),
+    (lambda: mw.launch_local_workers(train, log="loud"), "log must be"),
+    (lambda: mw.launch_local_workers(train, ports=[30000]), "2 distinct port numbers"),
+    (lambda: mw.launch_local_workers(train, ports=[80, 81]), "at least 1024"),
+    (lambda: mw.launch_local_workers(train, env={"X": 1}), "environment values are strings"),
+])
+def test_bad_arguments_say_what_to_do(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_closures_are_refused_with_the_reason():
+    size = 3
+
+    def uses_outer():
+        return size
+
+    with pytest.raises(ValueError, match="enclosing function .*size.*kwargs"):
+        mw.launch_local_workers(uses_outer)
