@@ -248,7 +248,8 @@ class SplitExplorer:
         import ipywidgets as widgets
 
         self.n_samples = widgets.BoundedIntText(value=n_samples, min=1, max=10_000_000, description="samples")
-        self.global_batch = widgets.IntSlider(value=global_batch, min=1, max=1024, description="global batch")
+        self.global_batch = widgets.IntSlider(value=global_batch, min=1, max=1024, description="global batch",
+                                              style={"description_width": "initial"})
         self.replicas = widgets.IntSlider(value=replicas, min=1, max=16, description="replicas")
         self.drop = widgets.Checkbox(value=False, description="drop_remainder", indent=False)
         self.output = widgets.HTML()
