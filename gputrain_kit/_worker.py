@@ -53,7 +53,10 @@ def main(argv: list[str]) -> int:
         _run(spec)
     except SystemExit as exit_:
         code = exit_.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, flush=True)          # sys.exit("message"): the message is the worker's last line
+        return 1
     except BaseException as err:  # print the worker's own frames only
         tb = err.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>"):

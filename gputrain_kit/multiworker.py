@@ -38,6 +38,7 @@ __all__ = ["launch_local_workers", "WorkerResult", "LocalRun", "WorkerError", "W
 
 _MARK = "__gputrain_kit_worker__"
 _HOST = "127.0.0.1"
+_ANY = ""          # TensorFlow's gRPC server listens on every interface (0.0.0.0:port)
 #: Lines in worker logs that mean its gRPC server could not bind its port.
 _PORT_CLASH = ("Address already in use", "Could not start gRPC server", "Failed to add port")
 #: Lines that mean a worker failed only because a peer disappeared (not the root cause).
@@ -120,8 +121,8 @@ class LocalRun:
 
 
 # --------------------------------------------------------------------------- cluster description
-def free_ports(count: int, host: str = _HOST) -> list[int]:
-    """``count`` distinct ports that are free on ``host`` now (the OS picks them)."""
+def free_ports(count: int, host: str = _ANY) -> list[int]:
+    """``count`` distinct ports that are free on every interface now (the OS picks them)."""
     count = require_int("free_ports", "count", count, minimum=1, maximum=64)
     sockets = []
     try:
@@ -157,7 +158,7 @@ def running(pids: Sequence[int]) -> list[int]:
     return alive
 
 
-def _port_is_free(port: int, host: str = _HOST) -> bool:
+def _port_is_free(port: int, host: str = _ANY) -> bool:
     """Could a server listen on ``port``? SO_REUSEADDR, as gRPC uses: closed connections lingering
     in TIME_WAIT do not count, a process listening there does."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -262,6 +263,8 @@ def _payload(func: str, target: Any, args: Sequence[str], kwargs: Mapping[str, A
             json.dumps(dict(kwargs))
         except TypeError as err:
             raise ValueError(f"{func}: kwargs must be JSON-able (numbers, strings, lists, dicts): {err}.") from err
+        if args:
+            raise ValueError(f"{func}: args= is for scripts; pass a function's arguments as kwargs={{...}}.")
         return {"kind": "function", "name": name, "source": source, "kwargs": dict(kwargs)}
     if isinstance(target, (str, os.PathLike)):
         path = Path(target)
@@ -298,12 +301,33 @@ def _stream_to_stdout(index: int, line: str) -> None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
+    """SIGKILL the worker's whole process group (its own children too), even if the worker exited."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError, AttributeError):
-        proc.kill()
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: SIGKILL this worker if the launching process dies (a kernel restart), so no worker
+    outlives its notebook holding ports and CPU."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (out of memory?)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    return f"exit status {code}"
 
 
 def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathLike, workers: int = 2, *,
@@ -326,6 +350,24 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
       interrupt every worker is killed, then WorkerFailed / WorkerTimeout / PortInUseError is raised
       naming the worker and showing its last ``last_lines`` log lines.
     """
+    for attempt in range(3):
+        try:
+            return _launch(script_or_function, workers, kwargs=kwargs, args=args, timeout=timeout,
+                           hide_gpus=hide_gpus, ports=ports, env=env, log=log, last_lines=last_lines)
+        except PortInUseError as err:
+            # A port the kit picked was taken before TensorFlow bound it: pick new ones (twice at most).
+            if ports is not None or not err.pids or attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers: int = 2, *,
+                         kwargs: Mapping[str, Any] | None = None, args: Sequence[str] = (),
+                         timeout: float = 120, hide_gpus: bool = True, ports: Sequence[int] | None = None,
+                         env: Mapping[str, str] | None = None,
+                         log: str | Callable[[int, str], None] | None = "stream",
+                         last_lines: int = 8) -> LocalRun:
+    """One attempt of launch_local_workers."""
     func = "launch_local_workers"
     workers = require_int(func, "workers", workers, minimum=1, maximum=16)
     hide_gpus = require_bool(func, "hide_gpus", hide_gpus)
@@ -367,9 +409,20 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
     else:
         base_env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
     for key, value in (env or {}).items():
-        if not isinstance(value, str):
-            raise ValueError(f"{func}: environment values are strings, got {key}={value!r}.")
-        base_env[key] = value
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{func}: environment names are strings, got {key!r}.")
+        if key == "TF_CONFIG":
+            raise ValueError(f"{func}: TF_CONFIG is written by the launcher for each worker; do not pass it in env.")
+        if key == "CUDA_VISIBLE_DEVICES" and hide_gpus:
+            raise ValueError(f"{func}: env sets CUDA_VISIBLE_DEVICES while hide_gpus=True hides the GPUs; "
+                             "pass hide_gpus=False to choose the GPUs yourself.")
+        if value is None:
+            base_env.pop(key, None)
+        elif not isinstance(value, str):
+            raise ValueError(f"{func}: environment values are strings (None removes one), got {key}={value!r}; "
+                             f"write {key}={str(value)!r}.")
+        else:
+            base_env[key] = value
 
     spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="gputrain-worker-", delete=False)
     with spec:
@@ -387,8 +440,11 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
 
     def take(index: int, line: str) -> None:
         if line.startswith(_MARK):
-            values[index].update(json.loads(line[len(_MARK):]))
-            return
+            try:
+                values[index].update(json.loads(line[len(_MARK):]))
+                return
+            except ValueError:
+                pass                     # interleaved with other output: kept as a log line
         logs[index].append(line)
         if emit is not None:
             emit(index, line)
@@ -425,7 +481,8 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
             worker_env = dict(base_env, TF_CONFIG=tf_config(addresses, index))
             proc = subprocess.Popen([sys.executable, "-u", "-m", "gputrain_kit._worker", spec.name],
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    text=True, errors="replace", env=worker_env, start_new_session=True)
+                                    text=True, errors="replace", env=worker_env, start_new_session=True,
+                                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
             procs.append(proc)
             thread = threading.Thread(target=pump, args=(index, proc.stdout), daemon=True)
             thread.start()
@@ -449,21 +506,22 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
             if all(c == 0 for c in codes):
                 break
             if time.monotonic() > deadline:
-                running = [i for i, c in enumerate(codes) if c is None]
+                still = [i for i, c in enumerate(codes) if c is None]
                 stop_all()
                 drain(open_streams, time.monotonic() + 2)
-                first = running[0]
-                shown = "\n".join(f"  {line}" for line in tail(first)) or "  (no output)"
+                shown = "\n".join(f"Last lines of worker {i}:\n" +
+                                  ("\n".join(f"  {line}" for line in tail(i)) or "  (no output)") for i in still)
                 raise WorkerTimeout(
-                    f"the workers did not finish within {timeout:g} s: worker(s) {running} were still running "
+                    f"the workers did not finish within {timeout:g} s: worker(s) {still} were still running "
                     f"and all {workers} were stopped. A worker waiting for a peer that died or never started "
-                    f"hangs in its first collective; raise timeout= if the job is just slow.\n"
-                    f"Last lines of worker {first}:\n{shown}",
-                    worker=first, last_lines=tail(first), pids=pids, ports=ports, logs=logs)
+                    f"hangs in its first collective; raise timeout= if the job is just slow.\n{shown}",
+                    worker=still[0], last_lines=tail(still[0]), pids=pids, ports=ports, logs=logs)
         if failed is not None:
             # Let the failing worker's last words arrive before the others are stopped.
             code = procs[failed].returncode
-            drain({failed} & open_streams, time.monotonic() + 2)
+            until = time.monotonic() + 2
+            while failed in open_streams and time.monotonic() < until:
+                drain(open_streams, min(until, time.monotonic() + 0.1))
             others = [i for i in range(workers) if i != failed]
             stop_all()
             drain(open_streams, time.monotonic() + 2)
@@ -475,10 +533,18 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
                 error = PortInUseError
                 why = (f" Its port {ports[failed]} was taken by another process before TensorFlow could bind it "
                        "('Could not start gRPC server'); run again and the kit picks new free ports.")
-            raise error(f"worker {failed} of {workers} failed (exit status {code}).{why}{stopped}\n"
+            raise error(f"worker {failed} of {workers} failed ({_exit_text(code)}).{why}{stopped}\n"
                         f"Last lines of worker {failed}:\n{shown}",
                         worker=failed, last_lines=lines, pids=pids, ports=ports, logs=logs)
         drain(open_streams, time.monotonic() + 10)
+        stop_all()                               # children a worker left behind in its group
+        if payload["kind"] == "function":
+            lost = [i for i in range(workers) if "result" not in values[i]]
+            if lost:
+                raise WorkerFailed(f"worker(s) {lost} finished, but their return value did not arrive (its "
+                                   "line was mixed with other output). Run again; if it repeats, make the worker "
+                                   "print less.", worker=lost[0], last_lines=tail(lost[0]), pids=pids,
+                                   ports=ports, logs=logs)
     except BaseException:
         stop_all()
         raise

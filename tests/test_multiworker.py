@@ -186,6 +186,32 @@ def test_port_taken_between_check_and_bind_is_named(monkeypatch):
         assert mw.running(info.value.pids) == []
 
 
+def joins():
+    import tensorflow as tf
+    return tf.distribute.MultiWorkerMirroredStrategy().num_replicas_in_sync
+
+
+def test_a_picked_port_taken_before_tensorflow_binds_it_is_retried(monkeypatch):
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        picks = [[busy.getsockname()[1], mw.free_ports(1)[0]]]
+        real = mw.free_ports
+        monkeypatch.setattr(mw, "free_ports", lambda n, host="": picks.pop() if picks else real(n))
+        run = mw.launch_local_workers(joins, 2, log=None, timeout=90)
+    assert run.results == [2, 2] and not picks
+
+
+def test_sys_exit_with_a_message_is_the_last_line():
+    with pytest.raises(mw.WorkerFailed, match=r"exit status 1\)(.|\n)*  stopping: no data"):
+        mw.launch_local_workers(exits, 1, log=None, timeout=60)
+
+
+def exits():
+    import sys
+    sys.exit("stopping: no data")
+
+
 def test_interrupt_stops_every_worker():
     import psutil
     me = psutil.Process()
@@ -274,6 +300,9 @@ def test_tf_config_and_worker_task(monkeypatch):
     (lambda: mw.launch_local_workers(train, ports=[30000]), "2 distinct port numbers"),
     (lambda: mw.launch_local_workers(train, ports=[80, 81]), "at least 1024"),
     (lambda: mw.launch_local_workers(train, env={"X": 1}), "environment values are strings"),
+    (lambda: mw.launch_local_workers(train, env={"TF_CONFIG": "{}"}), "written by the launcher"),
+    (lambda: mw.launch_local_workers(train, env={"CUDA_VISIBLE_DEVICES": "0"}), "hide_gpus=False"),
+    (lambda: mw.launch_local_workers(train, args=["--x"]), "args= is for scripts"),
 ])
 def test_bad_arguments_say_what_to_do(call, message):
     with pytest.raises(ValueError, match=message):

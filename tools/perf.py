@@ -1,0 +1,237 @@
+"""Performance measurements shared by `make bench` (tools/bench.py) and the budget tests.
+
+- ``run_notebook``: execute a notebook in a fresh kernel (nothing is written) and measure its
+  wall time, the kernel's peak resident memory (Linux VmHWM) and the sampled peak of the kernel
+  *with its child processes* (worker processes count on Binder too).
+- ``measure_widgets``: in a real kernel, change each explorer's controls ``changes`` times and
+  time each change until the widget's output was updated (the observers run synchronously,
+  figures included); the training runs are timed separately, with their progress updates.
+- ``machine``: what this machine is, for the table's header.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_BUDGET_S = 60.0
+NOTEBOOK_BUDGET_BYTES = int(1.5 * 2**30)
+WIDGET_BUDGET_S = 0.5
+
+
+def peak_rss_bytes(pid: int) -> int | None:
+    """The high-water mark of a process's resident memory (Linux), or None if unknown."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+class TreeSampler:
+    """Samples the summed resident memory of a process and its descendants every ``interval`` s."""
+
+    def __init__(self, pid: int, interval: float = 0.2):
+        self.pid, self.interval = pid, interval
+        self.peak = 0
+        self.kernel_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import psutil
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.Error:
+            return
+        while not self._stop.is_set():
+            total = 0
+            try:
+                procs = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                break
+            for proc in procs:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+            hwm = peak_rss_bytes(self.pid)
+            if hwm:
+                self.kernel_peak = max(self.kernel_peak, hwm)
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "TreeSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        hwm = peak_rss_bytes(self.pid)
+        if hwm:
+            self.kernel_peak = max(self.kernel_peak, hwm)
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@dataclass
+class NotebookRun:
+    name: str
+    seconds: float
+    kernel_peak_bytes: int
+    tree_peak_bytes: int
+    error: str | None = None
+
+    @property
+    def within_budget(self) -> bool:
+        return (self.error is None and self.seconds <= NOTEBOOK_BUDGET_S
+                and self.kernel_peak_bytes <= NOTEBOOK_BUDGET_BYTES)
+
+
+def run_notebook(path: Path, timeout: float = 600) -> NotebookRun:
+    """Execute ``path`` top to bottom in a fresh kernel (GPUs hidden, like the stored outputs)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    start = time.monotonic()
+    error = None
+    sampler = None
+    with client.setup_kernel():
+        pid = _kernel_pid(client)
+        sampler = TreeSampler(pid) if pid else None
+        if sampler:
+            sampler.__enter__()
+        try:
+            for index, cell in enumerate(nb.cells):
+                client.execute_cell(cell, index)
+        except Exception as err:  # a failing notebook is reported, not hidden
+            error = f"{type(err).__name__}: {str(err)[:300]}"
+        finally:
+            if sampler:
+                sampler.__exit__(None, None, None)
+    seconds = time.monotonic() - start
+    return NotebookRun(path.stem, seconds, sampler.kernel_peak if sampler else 0,
+                       sampler.peak if sampler else 0, error)
+
+
+def _kernel_pid(client) -> int | None:
+    km = client.km
+    provisioner = getattr(km, "provisioner", None)
+    process = getattr(provisioner, "process", None)
+    return getattr(process, "pid", None)
+
+
+# --------------------------------------------------------------------------- widgets
+_WIDGET_CODE = r'''
+import json, statistics, time
+import gputrain_kit as kit
+kit.setup(devices=4)
+W = kit.widgets
+CHANGES = {changes}
+
+def cycle(values, n):
+    return [values[i % len(values)] for i in range(n)]
+
+cases = [
+    ("visibility explorer (01): type a value", lambda: W.visibility_explorer(8, "2,0"), lambda w: w.text,
+     ["1", "2,0", "0,1,2", "7", "GPU-", "3,3", "", "5,x"]),
+    ("ScalingExplorer (02): replicas", lambda: W.ScalingExplorer(epochs=3), lambda w: w.replicas, [1, 2, 3, 4]),
+    ("ScalingExplorer (02): batch", lambda: W.ScalingExplorer(epochs=3), lambda w: w.batch, [16, 62, 64, 200]),
+    ("MemoryExplorer (03): batch", lambda: W.MemoryExplorer(), lambda w: w.batch, [8, 32, 64, 128, 256]),
+    ("MemoryExplorer (03): strategy", lambda: W.MemoryExplorer(), lambda w: w.strategy, ["single", "data", "split"]),
+    ("SplitExplorer (05): global batch", lambda: W.SplitExplorer(), lambda w: w.global_batch, [60, 64, 100, 1024, 3]),
+    ("ScalingModelExplorer (06): GPUs", lambda: W.ScalingModelExplorer(), lambda w: w.gpus, [1, 2, 4, 8, 16, 64]),
+    ("ScalingModelExplorer (06): link", lambda: W.ScalingModelExplorer(), lambda w: w.link,
+     list(kit.scaling.LINKS)),
+]
+result = {{"widgets": {{}}, "runs": {{}}}}
+for name, make, control_of, values in cases:
+    widget = make()
+    control = control_of(widget)
+    times = []
+    for value in cycle(values, CHANGES + 1)[1:] if control.value == values[0] else cycle(values, CHANGES):
+        if control.value == value:
+            continue
+        t0 = time.perf_counter()
+        control.value = value          # observers redraw synchronously, figures included
+        times.append(time.perf_counter() - t0)
+    result["widgets"][name] = {{"median_s": statistics.median(times), "max_s": max(times), "changes": len(times)}}
+
+explorer = W.ScalingExplorer(epochs=3)
+progress = []
+explorer.progress.observe(lambda change: progress.append(change["new"]), names="value")
+status_seen = []
+explorer.status.observe(lambda change: status_seen.append(change["new"]), names="value")
+explorer.replicas.value = 2
+t0 = time.perf_counter()
+explorer.run()
+result["runs"]["ScalingExplorer (02): Run trains 3 epochs"] = {{
+    "seconds": time.perf_counter() - t0, "progress_updates": [p for p in progress if p > 0],
+    "status_before_training": status_seen[0] if status_seen else None}}
+print("__perf__" + json.dumps(result))
+'''
+
+
+def measure_widgets(changes: int = 20, timeout: float = 300) -> dict:
+    """Time every explorer's control changes in a real kernel; also one training run with its progress."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(_WIDGET_CODE.format(changes=int(changes)))])
+    env_before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    try:
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=False).execute()
+    finally:
+        if env_before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = env_before
+    for output in nb.cells[0].outputs:
+        for line in output.get("text", "").splitlines():
+            if line.startswith("__perf__"):
+                return json.loads(line[len("__perf__"):])
+    raise RuntimeError(f"the widget timing cell printed no result: {nb.cells[0].outputs}")
+
+
+# --------------------------------------------------------------------------- machine
+def machine() -> dict:
+    """Cores, memory, CPU model, GPUs (or 'none: simulated devices'), versions."""
+    import psutil
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    gpus = "none: every notebook used simulated devices (the CPU split into logical devices)"
+    if shutil.which("nvidia-smi"):
+        try:
+            listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout.strip()
+            if listed:
+                gpus = (listed.replace("\n", "; ") + " (not used: the measured runs hide GPUs, "
+                        "like the stored outputs)")
+        except (OSError, subprocess.SubprocessError):
+            pass
+    from importlib.metadata import version
+    return {"cores": os.cpu_count(), "memory_gib": psutil.virtual_memory().total / 2**30, "cpu": cpu,
+            "gpus": gpus, "python": platform.python_version(), "tensorflow": version("tensorflow"),
+            "keras": version("keras"), "platform": platform.platform()}
