@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Same environment for the executor, nbval and the tests: reproducible hashing.
 export PYTHONHASHSEED := 0
 
-.PHONY: lab test unit nbval notebooks install doctor clean
+.PHONY: lab test unit nbval notebooks install doctor bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,10 +30,14 @@ unit: $(STAMP)
 	$(PY) -m pytest tests
 
 nbval: $(STAMP)
-	CUDA_VISIBLE_DEVICES= $(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider notebooks
+	CUDA_VISIBLE_DEVICES= PYTHONPATH=tests $(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider -p nbval_budget notebooks
 
 notebooks: $(STAMP)
 	CUDA_VISIBLE_DEVICES= $(PY) tools/build_notebooks.py $(NB)
+
+# Every notebook's wall time and peak memory, every widget's update time: docs/performance.md.
+bench: $(STAMP)
+	CUDA_VISIBLE_DEVICES= $(PY) tools/bench.py $(NB)
 
 doctor: $(STAMP)
 	$(PY) -m gputrain_kit doctor

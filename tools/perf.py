@@ -40,8 +40,25 @@ def peak_rss_bytes(pid: int) -> int | None:
     return None
 
 
+def _pss_or_rss(proc) -> int:
+    """Proportional set size (shared pages split between the processes that share them, as a
+    container's memory limit counts them), or RSS where PSS is unavailable."""
+    import psutil
+    try:
+        with open(f"/proc/{proc.pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return proc.memory_info().rss
+    except psutil.Error:
+        return 0
+
+
 class TreeSampler:
-    """Samples the summed resident memory of a process and its descendants every ``interval`` s."""
+    """Samples the memory of a process and its descendants (summed PSS) every ``interval`` s."""
 
     def __init__(self, pid: int, interval: float = 0.2):
         self.pid, self.interval = pid, interval
@@ -63,10 +80,7 @@ class TreeSampler:
             except psutil.Error:
                 break
             for proc in procs:
-                try:
-                    total += proc.memory_info().rss
-                except psutil.Error:
-                    pass
+                total += _pss_or_rss(proc)
             self.peak = max(self.peak, total)
             hwm = peak_rss_bytes(self.pid)
             if hwm:

@@ -1,0 +1,103 @@
+"""`make bench`: measure every notebook and every widget on this machine; write docs/performance.md.
+
+Each notebook runs top to bottom in a fresh kernel (GPUs hidden, as for the stored outputs):
+wall time, the kernel's peak resident memory, and the peak of the kernel with its child
+processes (proportional set size). Each explorer's controls are changed 20 times in a real
+kernel and the median time to the updated output is recorded; training runs are timed apart.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from perf import (NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S, ROOT, WIDGET_BUDGET_S, machine,  # noqa: E402
+                  measure_widgets, run_notebook)
+
+OUT = ROOT / "docs" / "performance.md"
+
+
+def main(argv: list[str]) -> int:
+    notebooks = [Path(a) for a in argv[1:]] or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    info = machine()
+    runs = []
+    for path in notebooks:
+        run = run_notebook(path)
+        runs.append(run)
+        flag = "" if run.within_budget and run.tree_peak_bytes <= NOTEBOOK_BUDGET_BYTES else "  OVER BUDGET"
+        print(f"{run.name:28} {run.seconds:6.1f} s  kernel {run.kernel_peak_bytes / 2**30:.2f} GiB  "
+              f"with children {run.tree_peak_bytes / 2**30:.2f} GiB{flag}" + (f"  {run.error}" if run.error else ""),
+              flush=True)
+    widgets = measure_widgets(20)
+    lines = [
+        "# Performance",
+        "",
+        f"Measured by `make bench` on {dt.date.today().isoformat()}. The budget (checked by `make test` on every",
+        f"run: notebooks by the strict-nbval run, widgets by `tests/test_budget.py`): each notebook under",
+        f"{NOTEBOOK_BUDGET_S:.0f} s and {NOTEBOOK_BUDGET_BYTES / 2**30:.1f} GiB, each widget's median update under "
+        f"{WIDGET_BUDGET_S} s.",
+        "",
+        "## The machine",
+        "",
+        f"- {info['cores']} CPU cores ({info['cpu']}), {info['memory_gib']:.1f} GiB memory",
+        f"- GPUs: {info['gpus']}",
+        f"- Python {info['python']}, TensorFlow {info['tensorflow']}, Keras {info['keras']}; {info['platform']}",
+        "",
+        "Simulated devices share these CPU cores: none of these timings says anything about GPU speed.",
+        "",
+        "## Notebooks",
+        "",
+        "Top to bottom in a fresh kernel. *Kernel peak*: the kernel's peak resident memory (VmHWM).",
+        "*With children*: the peak of the kernel and its child processes together (notebook 07's workers,",
+        "and the fresh processes other notebooks start for experiments), as proportional set size: shared",
+        "libraries count once, as in a container's memory limit (Binder gives 2 GB), which is why it can be",
+        "a little below the kernel's own resident peak.",
+        "",
+        "| notebook | wall time | kernel peak | with children | within budget |",
+        "|---|---|---|---|---|",
+    ]
+    for run in runs:
+        ok = run.within_budget and run.tree_peak_bytes <= NOTEBOOK_BUDGET_BYTES
+        lines.append(f"| {run.name} | {run.seconds:.1f} s | {run.kernel_peak_bytes / 2**30:.2f} GiB | "
+                     f"{run.tree_peak_bytes / 2**30:.2f} GiB | {'yes' if ok else 'NO' + (': ' + run.error if run.error else '')} |")
+    lines += [
+        "",
+        "Timings on this 2-core machine vary by 10-15 s between runs; the slowest notebooks have the least margin.",
+        "",
+        "## Widgets",
+        "",
+        "Each control changed 20 times in a real kernel; the time from setting the value to the widget's",
+        "updated output (the observers run synchronously, figures rendered). The browser's own drawing is",
+        "not included; `tests/test_browser.py` checks that the widgets render in Chromium.",
+        "",
+        "| widget: control | median | slowest | within budget |",
+        "|---|---|---|---|",
+    ]
+    for name, t in widgets["widgets"].items():
+        ok = t["median_s"] < WIDGET_BUDGET_S
+        lines.append(f"| {name} | {t['median_s'] * 1000:.1f} ms | {t['max_s'] * 1000:.1f} ms | {'yes' if ok else 'NO'} |")
+    lines += ["", "Runs that train are timed apart; they must show progress while they run:", "",
+              "| run | time | progress updates |", "|---|---|---|"]
+    for name, r in widgets["runs"].items():
+        lines.append(f"| {name} | {r['seconds']:.1f} s | epochs {r['progress_updates']}, status "
+                     f"\"{r['status_before_training']}\" before training |")
+    lines.append("")
+    OUT.parent.mkdir(exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=OUT.parent, prefix=".performance-", suffix=".md")
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines))
+    os.replace(tmp, OUT)
+    print(f"wrote {OUT.relative_to(ROOT)}")
+    bad = [r.name for r in runs if not (r.within_budget and r.tree_peak_bytes <= NOTEBOOK_BUDGET_BYTES)]
+    bad += [n for n, t in widgets["widgets"].items() if t["median_s"] >= WIDGET_BUDGET_S]
+    if bad:
+        print("over budget: " + ", ".join(bad))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
