@@ -29,3 +29,15 @@ def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float =
 def last_json(proc: subprocess.CompletedProcess):
     """The JSON object printed on the child's last stdout line."""
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say where the browser test left its screenshots and server log (CI keeps this log)."""
+    folder = Path(os.environ.get("GPUTRAIN_ARTIFACTS", ROOT / "artifacts")) / "browser"
+    if folder.is_dir() and any(folder.iterdir()):
+        terminalreporter.section("browser test artifacts")
+        version = folder / "chromium-version.txt"
+        if version.exists():
+            terminalreporter.write_line(version.read_text().strip())
+        for path in sorted(folder.iterdir()):
+            terminalreporter.write_line(str(path))

@@ -43,12 +43,15 @@ def test_tree_sampler_counts_child_processes():
 
     grandchild = ("import time; x = bytearray(300 * 2**20); x[::4096] = b'1' * len(x[::4096]); time.sleep(4)")
     parent = subprocess.Popen([sys.executable, "-c",
-                               f"import subprocess, sys; subprocess.run([sys.executable, '-c', {grandchild!r}])"])
+                               f"import subprocess, sys; subprocess.run([sys.executable, '-c', {grandchild!r}])"],
+                              start_new_session=True)
     try:
         with perf.TreeSampler(parent.pid, interval=0.1) as sampler:
             time.sleep(3)
         assert sampler.peak > 250 * 2**20, "the child's memory must count"
         assert sampler.kernel_peak < 150 * 2**20, "the parent's own peak stays small"
     finally:
-        parent.kill()
+        import os
+        import signal
+        os.killpg(parent.pid, signal.SIGKILL)      # the grandchild too
         parent.wait()

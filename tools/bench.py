@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf import (NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S, ROOT, WIDGET_BUDGET_S, machine,  # noqa: E402
-                  measure_widgets, run_notebook)
+from perf import (NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S, ROOT, TREE_BUDGET_BYTES, WIDGET_BUDGET_S,  # noqa: E402
+                  machine, measure_widgets, run_notebook)
 
 OUT = ROOT / "docs" / "performance.md"
 
@@ -27,18 +27,23 @@ def main(argv: list[str]) -> int:
     for path in notebooks:
         run = run_notebook(path)
         runs.append(run)
-        flag = "" if run.within_budget and run.tree_peak_bytes <= NOTEBOOK_BUDGET_BYTES else "  OVER BUDGET"
-        print(f"{run.name:28} {run.seconds:6.1f} s  kernel {run.kernel_peak_bytes / 2**30:.2f} GiB  "
-              f"with children {run.tree_peak_bytes / 2**30:.2f} GiB{flag}" + (f"  {run.error}" if run.error else ""),
+        flag = "" if run.within_budget else "  OVER BUDGET"
+        print(f"{run.name:28} {run.seconds:6.1f} s  kernel {run.kernel_peak_bytes / 1e9:.2f} GB  "
+              f"with children {run.tree_peak_bytes / 1e9:.2f} GB{flag}" + (f"  {run.error}" if run.error else ""),
               flush=True)
-    widgets = measure_widgets(20)
+    try:
+        widgets = measure_widgets(20)
+    except Exception as err:       # keep the notebook measurements; say what failed
+        print(f"widget timing failed: {type(err).__name__}: {err}")
+        widgets = {"widgets": {}, "runs": {}, "error": f"{type(err).__name__}: {str(err)[:300]}"}
     lines = [
         "# Performance",
         "",
         f"Measured by `make bench` on {dt.date.today().isoformat()}. The budget (checked by `make test` on every",
         f"run: notebooks by the strict-nbval run, widgets by `tests/test_budget.py`): each notebook under",
-        f"{NOTEBOOK_BUDGET_S:.0f} s and {NOTEBOOK_BUDGET_BYTES / 2**30:.1f} GiB, each widget's median update under "
-        f"{WIDGET_BUDGET_S} s.",
+        f"{NOTEBOOK_BUDGET_S:.0f} s, its kernel under {NOTEBOOK_BUDGET_BYTES / 1e9:.1f} GB and the kernel with its child "
+        f"processes under {TREE_BUDGET_BYTES / 1e9:.1f} GB;",
+        f"each widget's median update under {WIDGET_BUDGET_S} s.",
         "",
         "## The machine",
         "",
@@ -60,12 +65,13 @@ def main(argv: list[str]) -> int:
         "|---|---|---|---|---|",
     ]
     for run in runs:
-        ok = run.within_budget and run.tree_peak_bytes <= NOTEBOOK_BUDGET_BYTES
-        lines.append(f"| {run.name} | {run.seconds:.1f} s | {run.kernel_peak_bytes / 2**30:.2f} GiB | "
-                     f"{run.tree_peak_bytes / 2**30:.2f} GiB | {'yes' if ok else 'NO' + (': ' + run.error if run.error else '')} |")
+        ok = run.within_budget
+        lines.append(f"| {run.name} | {run.seconds:.1f} s | {run.kernel_peak_bytes / 1e9:.2f} GB | "
+                     f"{run.tree_peak_bytes / 1e9:.2f} GB | {'yes' if ok else 'NO' + (': ' + run.error if run.error else '')} |")
     lines += [
         "",
-        "Timings on this 2-core machine vary by 10-15 s between runs; the slowest notebooks have the least margin.",
+        f"Wall times on this {info['cores']}-core machine vary from run to run (on the 2-core machine the course",
+        "was built on, by 10-15 s): the slowest notebooks have the least margin.",
         "",
         "## Widgets",
         "",
@@ -76,6 +82,8 @@ def main(argv: list[str]) -> int:
         "| widget: control | median | slowest | within budget |",
         "|---|---|---|---|",
     ]
+    if widgets.get("error"):
+        lines.append(f"| widget timing failed: {widgets['error']} | | | NO |")
     for name, t in widgets["widgets"].items():
         ok = t["median_s"] < WIDGET_BUDGET_S
         lines.append(f"| {name} | {t['median_s'] * 1000:.1f} ms | {t['max_s'] * 1000:.1f} ms | {'yes' if ok else 'NO'} |")
@@ -91,8 +99,9 @@ def main(argv: list[str]) -> int:
         f.write("\n".join(lines))
     os.replace(tmp, OUT)
     print(f"wrote {OUT.relative_to(ROOT)}")
-    bad = [r.name for r in runs if not (r.within_budget and r.tree_peak_bytes <= NOTEBOOK_BUDGET_BYTES)]
+    bad = [r.name for r in runs if not r.within_budget]
     bad += [n for n, t in widgets["widgets"].items() if t["median_s"] >= WIDGET_BUDGET_S]
+    bad += ["widget timing"] if widgets.get("error") else []
     if bad:
         print("over budget: " + ", ".join(bad))
         return 1
