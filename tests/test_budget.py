@@ -55,3 +55,35 @@ def test_tree_sampler_counts_child_processes():
         import signal
         os.killpg(parent.pid, signal.SIGKILL)      # the grandchild too
         parent.wait()
+
+
+def test_nbval_budget_plugin_fails_a_notebook_over_its_time(tmp_path):
+    """The notebook half of the budget: the plugin `make nbval` loads fails the last cell of a slow notebook."""
+    import os
+    import subprocess
+
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(2)"),
+                                         nbformat.v4.new_code_cell("print('done')")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "slow.ipynb"
+    nbformat.write(nb, path)
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="done\n")]
+    nb.cells[0].execution_count, nb.cells[1].execution_count = 1, 2
+    nbformat.write(nb, path)
+    tests = Path(__file__).resolve().parent
+
+    def nbval(budget_s: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PYTHONPATH=str(tests), GPUTRAIN_NOTEBOOK_BUDGET_S=budget_s)
+        return subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-p", "nbval_budget",
+                               "-p", "no:cacheprovider", "-q", str(path)], capture_output=True, text=True,
+                               env=env, cwd=tmp_path, timeout=180)
+
+    slow = nbval("1")
+    assert slow.returncode == 1, slow.stdout[-2000:]
+    assert "performance budget: slow.ipynb took" in slow.stdout and "(budget 1 s)" in slow.stdout
+    assert "1 failed, 1 passed" in slow.stdout
+    fine = nbval("60")
+    assert fine.returncode == 0, fine.stdout[-2000:]
+    assert "slow.ipynb" in fine.stdout      # the table of every notebook's numbers is printed
