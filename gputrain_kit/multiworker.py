@@ -277,18 +277,10 @@ def _payload(func: str, target: Any, args: Sequence[str], kwargs: Mapping[str, A
     raise ValueError(f"{func}: script_or_function must be a .py path or a function, got {type(target).__name__}.")
 
 
-def _root_cause(bad: list[int], logs, lines_q, take, open_streams, procs) -> int:
+def _root_cause(bad: list[int], logs, pump, open_streams, procs) -> int:
     """Which failed worker to blame: one that did not merely lose a peer, else the first."""
-    until = time.monotonic() + 0.5            # let the failed workers' last lines arrive
-    while time.monotonic() < until and any(i in open_streams for i in bad):
-        try:
-            index, line = lines_q.get(timeout=0.05)
-        except queue.Empty:
-            continue
-        if line is None:
-            open_streams.discard(index)
-        else:
-            take(index, line)
+    # let the failed workers' last lines arrive
+    pump(time.monotonic() + 0.5, lambda: not any(i in open_streams for i in bad))
     bad = [i for i, p in enumerate(procs) if p.poll() not in (None, 0)]
     for index in bad:
         if not any(marker in line for line in logs[index] for marker in _PEER_LOST):
@@ -432,7 +424,7 @@ def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers:
     values: list[dict[str, Any]] = [{} for _ in range(workers)]
     procs: list[subprocess.Popen] = []
 
-    def pump(index: int, stream) -> None:
+    def read_lines(index: int, stream) -> None:
         for raw in iter(stream.readline, ""):
             lines_q.put((index, raw.rstrip("\n")))
         stream.close()
@@ -461,8 +453,9 @@ def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers:
             except subprocess.TimeoutExpired:  # pragma: no cover - a process ignoring SIGKILL
                 pass
 
-    def drain(open_streams: set[int], until: float) -> None:
-        while open_streams and time.monotonic() < until:
+    def pump(until: float, done: Callable[[], bool]) -> None:
+        """Handle the workers' lines as they come, until ``done()`` or the time ``until``."""
+        while not done() and time.monotonic() < until:
             try:
                 index, line = lines_q.get(timeout=0.05)
             except queue.Empty:
@@ -471,6 +464,9 @@ def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers:
                 open_streams.discard(index)
             else:
                 take(index, line)
+
+    def drain(until: float) -> None:
+        pump(until, lambda: not open_streams)
 
     start = time.monotonic()
     deadline = start + float(timeout)
@@ -484,31 +480,24 @@ def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers:
                                     text=True, errors="replace", env=worker_env, start_new_session=True,
                                     preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
             procs.append(proc)
-            thread = threading.Thread(target=pump, args=(index, proc.stdout), daemon=True)
+            thread = threading.Thread(target=read_lines, args=(index, proc.stdout), daemon=True)
             thread.start()
             threads.append(thread)
         pids = [p.pid for p in procs]
         failed: int | None = None
         while True:
-            try:
-                index, line = lines_q.get(timeout=0.05)
-                if line is None:
-                    open_streams.discard(index)
-                else:
-                    take(index, line)
-            except queue.Empty:
-                pass
+            pump(time.monotonic() + 0.05, lambda: False)
             codes = [p.poll() for p in procs]
             bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
             if bad:
-                failed = _root_cause(bad, logs, lines_q, take, open_streams, procs)
+                failed = _root_cause(bad, logs, pump, open_streams, procs)
                 break
             if all(c == 0 for c in codes):
                 break
             if time.monotonic() > deadline:
                 still = [i for i, c in enumerate(codes) if c is None]
                 stop_all()
-                drain(open_streams, time.monotonic() + 2)
+                drain(time.monotonic() + 2)
                 shown = "\n".join(f"Last lines of worker {i}:\n" +
                                   ("\n".join(f"  {line}" for line in tail(i)) or "  (no output)") for i in still)
                 raise WorkerTimeout(
@@ -519,12 +508,10 @@ def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers:
         if failed is not None:
             # Let the failing worker's last words arrive before the others are stopped.
             code = procs[failed].returncode
-            until = time.monotonic() + 2
-            while failed in open_streams and time.monotonic() < until:
-                drain(open_streams, min(until, time.monotonic() + 0.1))
+            pump(time.monotonic() + 2, lambda: failed not in open_streams)
             others = [i for i in range(workers) if i != failed]
             stop_all()
-            drain(open_streams, time.monotonic() + 2)
+            drain(time.monotonic() + 2)
             lines = tail(failed)
             shown = "\n".join(f"  {line}" for line in lines) or "  (no output)"
             stopped = f" The other worker(s) {others} were stopped." if others else ""
@@ -536,7 +523,7 @@ def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers:
             raise error(f"worker {failed} of {workers} failed ({_exit_text(code)}).{why}{stopped}\n"
                         f"Last lines of worker {failed}:\n{shown}",
                         worker=failed, last_lines=lines, pids=pids, ports=ports, logs=logs)
-        drain(open_streams, time.monotonic() + 10)
+        drain(time.monotonic() + 10)
         stop_all()                               # children a worker left behind in its group
         if payload["kind"] == "function":
             lost = [i for i in range(workers) if "result" not in values[i]]

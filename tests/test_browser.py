@@ -13,6 +13,7 @@ except under CI=true, where that is a failure. Screenshots go to artifacts/brows
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -239,9 +240,23 @@ def _open_and_run_all(page, lab, name: str, shot: str) -> None:
               RUN_ALL_TIMEOUT_S, shot)
 
 
-def _fail_with_log(lab, message: str) -> None:
-    log = lab[2].read_text()[-2000:] if lab[2].exists() else ""
-    pytest.fail(f"{message}\nscreenshots: {ARTIFACTS}\nlast lines of the JupyterLab log:\n{log}")
+@contextlib.contextmanager
+def _notebook_page(browser, lab, shot: str):
+    """A browser page; on failure a full-page screenshot and the server log's tail; always closed,
+    and the server's kernels shut down (two TensorFlow kernels would not fit a 2 GB machine)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        yield page
+    except Exception as err:
+        page.screenshot(path=str(ARTIFACTS / f"{shot}-failure.png"), full_page=True)
+        if isinstance(err, AssertionError) or err.__class__.__name__ == "TimeoutError":
+            log = lab[2].read_text()[-2000:] if lab[2].exists() else ""
+            pytest.fail(f"notebook {shot} in the browser: {err}\nscreenshots: {ARTIFACTS}\n"
+                        f"last lines of the JupyterLab log:\n{log}")
+        raise
+    finally:
+        page.close()
+        _shutdown_kernels(lab[0], lab[1])
 
 
 def _panel(page):
@@ -259,8 +274,7 @@ def _slider(page, label: str):
 
 
 def test_notebook_02_explorer_renders_and_runs(browser, lab):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
+    with _notebook_page(browser, lab, "02") as page:
         _open_and_run_all(page, lab, "02_data_parallel.ipynb", "02")
         slider = _slider(page, "replicas")
         slider.wait_for(state="visible", timeout=30_000)
@@ -280,26 +294,17 @@ def test_notebook_02_explorer_renders_and_runs(browser, lab):
         page.wait_for_function(
             "([el, v]) => el.innerText.trim() === String(v)", arg=[readout.element_handle(), target], timeout=10_000)
 
-        rows_before = page.locator("table.scaling-results tr").count()
-        page.locator("button.widget-button", has_text="Run").first.click()
-        new_row = page.locator("table.scaling-results tr").nth(max(rows_before, 1))
+        rows_before = _panel(page).locator("table.scaling-results tr").count()
+        _panel(page).locator("button.widget-button", has_text="Run").first.click()
+        new_row = _panel(page).locator("table.scaling-results tr").nth(max(rows_before, 1))
         new_row.wait_for(state="visible", timeout=120_000)
         assert new_row.locator("td").first.inner_text().strip() == str(target)
         page.locator("table.scaling-results").scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / "02-after-run.png"))
-    except Exception as err:
-        page.screenshot(path=str(ARTIFACTS / "02-failure.png"), full_page=True)
-        if isinstance(err, AssertionError) or err.__class__.__name__ == "TimeoutError":
-            _fail_with_log(lab, f"notebook 02 in the browser: {err}")
-        raise
-    finally:
-        page.close()
-        _shutdown_kernels(lab[0], lab[1])
 
 
 def test_notebook_05_split_explorer_renders(browser, lab):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    try:
+    with _notebook_page(browser, lab, "05") as page:
         _open_and_run_all(page, lab, "05_batchnorm_nan.ipynb", "05")
         slider = _slider(page, "global batch")
         slider.wait_for(state="visible", timeout=30_000)
@@ -317,11 +322,3 @@ def test_notebook_05_split_explorer_renders(browser, lab):
                                arg=[drawn.element_handle(), before], timeout=15_000)
         slider.scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / "05-split-explorer.png"))
-    except Exception as err:
-        page.screenshot(path=str(ARTIFACTS / "05-failure.png"), full_page=True)
-        if isinstance(err, AssertionError) or err.__class__.__name__ == "TimeoutError":
-            _fail_with_log(lab, f"notebook 05 in the browser: {err}")
-        raise
-    finally:
-        page.close()
-        _shutdown_kernels(lab[0], lab[1])
