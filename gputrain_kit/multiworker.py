@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ._args import require_bool, require_int
+from .processes import child_environment
 
 __all__ = ["launch_local_workers", "WorkerResult", "LocalRun", "WorkerError", "WorkerFailed",
            "WorkerTimeout", "PortInUseError", "free_ports", "tf_config", "worker_task", "WorkerTask",
@@ -400,21 +401,13 @@ def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers:
         base_env["CUDA_VISIBLE_DEVICES"] = ""
     else:
         base_env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
-    for key, value in (env or {}).items():
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"{func}: environment names are strings, got {key!r}.")
+    for key in (env or {}):
         if key == "TF_CONFIG":
             raise ValueError(f"{func}: TF_CONFIG is written by the launcher for each worker; do not pass it in env.")
         if key == "CUDA_VISIBLE_DEVICES" and hide_gpus:
             raise ValueError(f"{func}: env sets CUDA_VISIBLE_DEVICES while hide_gpus=True hides the GPUs; "
                              "pass hide_gpus=False to choose the GPUs yourself.")
-        if value is None:
-            base_env.pop(key, None)
-        elif not isinstance(value, str):
-            raise ValueError(f"{func}: environment values are strings (None removes one), got {key}={value!r}; "
-                             f"write {key}={str(value)!r}.")
-        else:
-            base_env[key] = value
+    base_env = child_environment(func, env, base_env)
 
     spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="gputrain-worker-", delete=False)
     with spec:

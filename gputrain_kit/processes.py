@@ -13,7 +13,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-__all__ = ["ChildResult", "ChildError", "run_child"]
+__all__ = ["ChildResult", "ChildError", "run_child", "child_environment"]
 
 _PRELUDE = """
 import os, json
@@ -21,6 +21,24 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 def report(**values):
     print("__gputrain_kit__" + json.dumps(values))
 """
+
+
+def child_environment(func: str, env: Mapping[str, str | None] | None,
+                      base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with ``env`` applied; a value of None removes
+    a variable. Raises ValueError, naming ``func``, for a name or value that is not a string."""
+    merged = dict(os.environ if base is None else base)
+    for key, value in (env or {}).items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{func}: environment names are strings, got {key!r}.")
+        if value is None:
+            merged.pop(key, None)
+        elif not isinstance(value, str):
+            raise ValueError(f"{func}: environment values are strings (None removes one), got {key}={value!r}; "
+                             f"write {key}={str(value)!r}.")
+        else:
+            merged[key] = value
+    return merged
 
 
 class ChildError(RuntimeError):
@@ -44,15 +62,7 @@ def run_child(code: str, *, env: Mapping[str, str | None] | None = None, timeout
     """
     if not isinstance(code, str) or not code.strip():
         raise ValueError("run_child: code must be a non-empty string of Python source.")
-    child_env = dict(os.environ)
-    for key, value in (env or {}).items():
-        if value is None:
-            child_env.pop(key, None)
-        elif not isinstance(value, str):
-            raise ValueError(f"run_child: environment values are strings, got {key}={value!r}; "
-                             f"write {key}={str(value)!r}.")
-        else:
-            child_env[key] = value
+    child_env = child_environment("run_child", env)
     source = _PRELUDE + textwrap.dedent(code)
     try:
         proc = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True,

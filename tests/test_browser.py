@@ -273,13 +273,19 @@ def _slider(page, label: str):
     return _panel(page).locator(".widget-slider", has=page.locator(".widget-label", has_text=label)).first
 
 
+def _run_and_find_slider(page, lab, notebook: str, label: str, shot: str):
+    """Run every cell, then return the slider ``label``, checked to be a real widget."""
+    _open_and_run_all(page, lab, notebook, shot)
+    slider = _slider(page, label)
+    slider.wait_for(state="visible", timeout=30_000)
+    # A real widget, not its text repr ("VBox(children=...)") in the output.
+    assert _panel(page).locator(".jp-OutputArea-output", has_text="VBox(children=").count() == 0
+    return slider
+
+
 def test_notebook_02_explorer_renders_and_runs(browser, lab):
     with _notebook_page(browser, lab, "02") as page:
-        _open_and_run_all(page, lab, "02_data_parallel.ipynb", "02")
-        slider = _slider(page, "replicas")
-        slider.wait_for(state="visible", timeout=30_000)
-        # A real widget, not its text repr ("VBox(children=...)") in the output.
-        assert _panel(page).locator(".jp-OutputArea-output", has_text="VBox(children=").count() == 0
+        slider = _run_and_find_slider(page, lab, "02_data_parallel.ipynb", "replicas", "02")
         assert slider.locator(".noUi-handle, .slider-handle, [role=slider]").count() >= 1
         readout = slider.locator(".widget-readout")
         before = int(readout.inner_text())
@@ -305,10 +311,7 @@ def test_notebook_02_explorer_renders_and_runs(browser, lab):
 
 def test_notebook_05_split_explorer_renders(browser, lab):
     with _notebook_page(browser, lab, "05") as page:
-        _open_and_run_all(page, lab, "05_batchnorm_nan.ipynb", "05")
-        slider = _slider(page, "global batch")
-        slider.wait_for(state="visible", timeout=30_000)
-        assert _panel(page).locator(".jp-OutputArea-output", has_text="VBox(children=").count() == 0
+        slider = _run_and_find_slider(page, lab, "05_batchnorm_nan.ipynb", "global batch", "05")
         explorer = _panel(page).locator(".widget-vbox", has=_slider_in(page, "global batch")).last
         # The kernel-drawn part: the HTML with the steps, not the slider's own readout.
         drawn = explorer.locator(".widget-html", has_text="step(s) per epoch").first
