@@ -9,9 +9,27 @@ from __future__ import annotations
 
 import json
 import linecache
+import os
 import runpy
+import signal
 import sys
 import traceback
+
+
+def _die_with_launcher() -> None:
+    """Linux: have the kernel SIGKILL this worker when its launcher dies (a restarted notebook kernel),
+    so no worker outlives it holding ports and CPU. Set here, not between fork and exec: the launcher
+    has threads running, where a pre-exec hook is unsafe."""
+    launcher = os.environ.get("GPUTRAIN_LAUNCHER_PID")
+    if not launcher or not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except Exception:
+        return
+    if os.getppid() != int(launcher):       # it died before prctl took effect
+        sys.exit(1)
 
 
 def _quiet_tensorflow() -> None:
@@ -29,6 +47,7 @@ def _run(spec: dict) -> None:
     from .multiworker import report
     if spec["kind"] == "script":
         sys.argv = [spec["path"], *spec["args"]]
+        sys.path.insert(0, os.path.dirname(spec["path"]))   # as `python job.py` would: its folder first
         runpy.run_path(spec["path"], run_name="__main__")
         return
     name = spec["name"]
@@ -46,6 +65,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m gputrain_kit._worker SPEC.json", file=sys.stderr)
         return 2
+    _die_with_launcher()
     with open(argv[1]) as f:
         spec = json.load(f)
     try:

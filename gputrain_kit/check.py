@@ -254,7 +254,7 @@ def nb07_tf_config(answer: Any) -> Verdict:
             config = None
     try:
         ok = (config["cluster"] == {"worker": NB07_HOSTS} and config["task"]["type"] == "worker"
-              and config["task"]["index"] == 2 and not isinstance(config["task"]["index"], bool))
+              and config["task"]["index"] == 2)
     except (TypeError, KeyError):
         ok = False
     return _verdict(answer, ok, "Every host gets the same cluster list and its own index; gpu-c is index 2.",
@@ -266,7 +266,7 @@ def nb07_global_batch(answer: Any) -> Verdict:
     """Three workers, one replica each: the smallest global batch of at least 64 the custom loop accepts."""
     right = next(b for b in range(64, 200) if b % 3 == 0)
     ok = _is_int(answer) and answer == right
-    return _verdict(answer, ok, f"{right} = 3 x 22: get_per_replica_batch_size needs a global batch divisible "
+    return _verdict(answer, ok, f"{right} = 3 x {right // 3}: get_per_replica_batch_size needs a global batch divisible "
                     "by the number of replicas in the whole cluster.",
                     "Give a number: the global batch must split evenly over all replicas of all workers.")
 

@@ -171,7 +171,7 @@ def _port_is_free(port: int, host: str = _ANY) -> bool:
     return True
 
 
-def tf_config(workers: Sequence[str], index: int, *, chief: str | None = None) -> str:
+def tf_config(workers: Sequence[str], index: int) -> str:
     """The ``TF_CONFIG`` JSON for worker ``index`` of a cluster of ``host:port`` addresses.
 
     Every host gets the same cluster and its own index; on a real cluster, export it
@@ -187,10 +187,7 @@ def tf_config(workers: Sequence[str], index: int, *, chief: str | None = None) -
     if len(set(workers)) != len(workers):
         raise ValueError(f"tf_config: addresses must be distinct, got {list(workers)}.")
     index = require_int("tf_config", "index", index, minimum=0, maximum=len(workers) - 1)
-    cluster: dict[str, list[str]] = {"worker": list(workers)}
-    if chief is not None:
-        cluster = {"chief": [chief], "worker": list(workers)}
-    return json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+    return json.dumps({"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": index}})
 
 
 # --------------------------------------------------------------------------- inside a worker
@@ -300,16 +297,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
     except (ProcessLookupError, PermissionError, AttributeError):
         if proc.poll() is None:
             proc.kill()
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: SIGKILL this worker if the launching process dies (a kernel restart), so no worker
-    outlives its notebook holding ports and CPU."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 def _exit_text(code: int) -> str:
@@ -467,11 +454,11 @@ def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers:
     threads = []
     try:
         for index in range(workers):
-            worker_env = dict(base_env, TF_CONFIG=tf_config(addresses, index))
+            worker_env = dict(base_env, TF_CONFIG=tf_config(addresses, index),
+                              GPUTRAIN_LAUNCHER_PID=str(os.getpid()))
             proc = subprocess.Popen([sys.executable, "-u", "-m", "gputrain_kit._worker", spec.name],
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    text=True, errors="replace", env=worker_env, start_new_session=True,
-                                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                                    text=True, errors="replace", env=worker_env, start_new_session=True)
             procs.append(proc)
             thread = threading.Thread(target=read_lines, args=(index, proc.stdout), daemon=True)
             thread.start()
@@ -516,8 +503,8 @@ def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers:
             raise error(f"worker {failed} of {workers} failed ({_exit_text(code)}).{why}{stopped}\n"
                         f"Last lines of worker {failed}:\n{shown}",
                         worker=failed, last_lines=lines, pids=pids, ports=ports, logs=logs)
+        stop_all()              # children a worker left behind in its group (they may hold its pipe)
         drain(time.monotonic() + 10)
-        stop_all()                               # children a worker left behind in its group
         if payload["kind"] == "function":
             lost = [i for i in range(workers) if "result" not in values[i]]
             if lost:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-from perf import NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S, TREE_BUDGET_BYTES, TreeSampler  # noqa: E402
+from perf import NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S, TREE_BUDGET_BYTES, TreeSampler, kernel_pid  # noqa: E402
 
 # Tests of this plugin lower the time limit; nothing else sets this.
 NOTEBOOK_BUDGET_S = float(os.environ.get("GPUTRAIN_NOTEBOOK_BUDGET_S", NOTEBOOK_BUDGET_S))
@@ -34,13 +34,6 @@ def pytest_collection_modifyitems(items):
             _last_item[str(item.parent.path)] = item.nodeid
 
 
-def _kernel_pid(notebook) -> int | None:
-    kernel = getattr(notebook, "kernel", None)
-    km = getattr(kernel, "km", None)
-    process = getattr(getattr(km, "provisioner", None), "process", None)
-    return getattr(process, "pid", None)
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
     key = str(getattr(item.parent, "path", ""))
@@ -49,7 +42,7 @@ def pytest_runtest_setup(item):
         _state[key] = {"start": time.monotonic(), "sampler": None}
     yield
     if first:
-        pid = _kernel_pid(item.parent)
+        pid = kernel_pid(getattr(item.parent, "kernel", None))
         if pid:
             sampler = TreeSampler(pid)
             sampler.__enter__()

@@ -68,7 +68,6 @@ def test_nbval_budget_plugin_fails_a_notebook_over_its_time(tmp_path):
                                          nbformat.v4.new_code_cell("print('done')")])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     path = tmp_path / "slow.ipynb"
-    nbformat.write(nb, path)
     nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="done\n")]
     nb.cells[0].execution_count, nb.cells[1].execution_count = 1, 2
     nbformat.write(nb, path)

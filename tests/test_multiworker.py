@@ -229,12 +229,15 @@ def test_interrupt_stops_every_worker():
 
 def test_logs_stream_with_worker_prefix_and_scripts_report(tmp_path, capsys):
     script = tmp_path / "job.py"
-    script.write_text("import sys\nfrom gputrain_kit.multiworker import report, worker_task\n"
-                      "print('argv', sys.argv[1:])\nreport(index=worker_task().index, count=worker_task().count)\n")
+    (tmp_path / "helper.py").write_text("TASKS = 'from a sibling module'\n")
+    script.write_text("import sys\nfrom gputrain_kit.multiworker import report, worker_task\nimport helper\n"
+                      "print('argv', sys.argv[1:])\nreport(index=worker_task().index, count=worker_task().count,"
+                      " helper=helper.TASKS)\n")
     run = mw.launch_local_workers(script, 2, args=["--epochs", "3"], timeout=60)
     out = capsys.readouterr().out
     assert "[worker 0] argv ['--epochs', '3']" in out and "[worker 1] argv ['--epochs', '3']" in out
     assert run.values("index") == [0, 1] and run.values("count") == [2, 2]
+    assert run.values("helper") == ["from a sibling module"] * 2      # the script's folder is importable
     assert run[1].log == ["argv ['--epochs', '3']"]
     with pytest.raises(KeyError, match="did not report 'loss'"):
         run.values("loss")
@@ -317,3 +320,40 @@ def test_closures_are_refused_with_the_reason():
 
     with pytest.raises(ValueError, match="enclosing function .*size.*kwargs"):
         mw.launch_local_workers(uses_outer)
+
+
+def test_workers_die_with_their_launcher(tmp_path):
+    """A restarted notebook kernel must not leave its workers running."""
+    import signal
+    import subprocess
+    import sys
+
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(
+        "import os, time\n"
+        "import gputrain_kit.multiworker as mw\n"
+        "def pid_then_sleep():\n"
+        "    import os, time\n"
+        "    print('pid', os.getpid(), flush=True)\n"
+        "    time.sleep(3600)\n"
+        "mw.launch_local_workers(pid_then_sleep, 2, timeout=600)\n")
+    proc = subprocess.Popen([sys.executable, str(launcher)], stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 90
+        while len(pids) < 2 and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if "] pid " in line:
+                pids.append(int(line.split()[-1]))
+        assert len(pids) == 2, "the workers did not start"
+        assert mw.running(pids) == pids
+        proc.send_signal(signal.SIGKILL)              # the launcher dies without any clean-up
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while mw.running(pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert mw.running(pids) == []
+    finally:
+        proc.kill()
+        for pid in mw.running(pids):
+            os.kill(pid, signal.SIGKILL)

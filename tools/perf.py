@@ -126,7 +126,7 @@ def run_notebook(path: Path, timeout: float = 600) -> NotebookRun:
     error = None
     sampler = None
     with client.setup_kernel():
-        pid = _kernel_pid(client)
+        pid = kernel_pid(client)
         sampler = TreeSampler(pid) if pid else None
         if sampler:
             sampler.__enter__()
@@ -136,15 +136,16 @@ def run_notebook(path: Path, timeout: float = 600) -> NotebookRun:
         except Exception as err:  # a failing notebook is reported, not hidden
             error = f"{type(err).__name__}: {str(err)[:300]}"
         finally:
+            seconds = time.monotonic() - start     # kernel start to last cell, as nbval_budget measures
             if sampler:
                 sampler.__exit__(None, None, None)
-    seconds = time.monotonic() - start
     return NotebookRun(path.stem, seconds, sampler.kernel_peak if sampler else 0,
                        sampler.peak if sampler else 0, error)
 
 
-def _kernel_pid(client) -> int | None:
-    km = client.km
+def kernel_pid(client) -> int | None:
+    """The process id of the kernel behind an nbclient client or an nbval RunningKernel (both have .km)."""
+    km = getattr(client, "km", None)
     provisioner = getattr(km, "provisioner", None)
     process = getattr(provisioner, "process", None)
     return getattr(process, "pid", None)
