@@ -330,24 +330,6 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
       interrupt every worker is killed, then WorkerFailed / WorkerTimeout / PortInUseError is raised
       naming the worker and showing its last ``last_lines`` log lines.
     """
-    for attempt in range(3):
-        try:
-            return _launch(script_or_function, workers, kwargs=kwargs, args=args, timeout=timeout,
-                           hide_gpus=hide_gpus, ports=ports, env=env, log=log, last_lines=last_lines)
-        except PortInUseError as err:
-            # A port the kit picked was taken before TensorFlow bound it: pick new ones (twice at most).
-            if ports is not None or not err.pids or attempt == 2:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers: int = 2, *,
-                         kwargs: Mapping[str, Any] | None = None, args: Sequence[str] = (),
-                         timeout: float = 120, hide_gpus: bool = True, ports: Sequence[int] | None = None,
-                         env: Mapping[str, str] | None = None,
-                         log: str | Callable[[int, str], None] | None = "stream",
-                         last_lines: int = 8) -> LocalRun:
-    """One attempt of launch_local_workers."""
     func = "launch_local_workers"
     workers = require_int(func, "workers", workers, minimum=1, maximum=16)
     hide_gpus = require_bool(func, "hide_gpus", hide_gpus)
@@ -363,9 +345,7 @@ def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers:
     emit = _stream_to_stdout if log == "stream" else log
     payload = _payload(func, script_or_function, args, kwargs or {})
 
-    if ports is None:
-        ports = free_ports(workers)
-    else:
+    if ports is not None:
         if isinstance(ports, (str, bytes)) or not isinstance(ports, Sequence):
             raise ValueError(f"{func}: ports must be a list of {workers} port numbers, got {ports!r}.")
         ports = [require_int(func, "each port", p, minimum=1024, maximum=65535) for p in ports]
@@ -378,8 +358,6 @@ def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers:
                 f"port(s) {busy} on {_HOST} are already in use (another program, or workers of an earlier "
                 "run that are still shutting down). Pass ports=None to let the kit pick free ports, or stop "
                 "the program holding them.", ports=ports)
-    addresses = [f"{_HOST}:{p}" for p in ports]
-    cluster = {"worker": addresses}
 
     base_env = dict(os.environ)
     base_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -395,6 +373,24 @@ def _launch(script_or_function: Callable[..., Any] | str | os.PathLike, workers:
             raise ValueError(f"{func}: env sets CUDA_VISIBLE_DEVICES while hide_gpus=True hides the GPUs; "
                              "pass hide_gpus=False to choose the GPUs yourself.")
     base_env = child_environment(func, env, base_env)
+
+    # Checked and built once; only the ports change when a launch is retried.
+    for attempt in range(3):
+        chosen = list(ports) if ports is not None else free_ports(workers)
+        try:
+            return _run_cluster(payload, workers, chosen, base_env, emit, timeout, last_lines)
+        except PortInUseError as err:
+            # A port the kit picked was taken before TensorFlow bound it: pick new ones (twice at most).
+            if ports is not None or not err.pids or attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _run_cluster(payload: dict[str, Any], workers: int, ports: list[int], base_env: dict[str, str],
+                 emit: Callable[[int, str], None] | None, timeout: float, last_lines: int) -> LocalRun:
+    """One launch of the cluster on ``ports``; arguments already checked by launch_local_workers."""
+    addresses = [f"{_HOST}:{p}" for p in ports]
+    cluster = {"worker": addresses}
 
     spec = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="gputrain-worker-", delete=False)
     with spec:

@@ -29,29 +29,30 @@ TREE_BUDGET_BYTES = 2_000_000_000         # the kernel with its child processes:
 WIDGET_BUDGET_S = 0.5
 
 
-def peak_rss_bytes(pid: int) -> int | None:
-    """The high-water mark of a process's resident memory (Linux), or None if unknown."""
+def _proc_kb_field(path: str, field: str) -> int | None:
+    """A "Field:   N kB" line of a /proc file, in bytes, or None if unreadable."""
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
 
 
+def peak_rss_bytes(pid: int) -> int | None:
+    """The high-water mark of a process's resident memory (Linux), or None if unknown."""
+    return _proc_kb_field(f"/proc/{pid}/status", "VmHWM")
+
+
 def _pss_or_rss(proc) -> int:
     """Proportional set size (shared pages split between the processes that share them, as a
     container's memory limit counts them), or RSS where PSS is unavailable."""
     import psutil
-    try:
-        with open(f"/proc/{proc.pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    pss = _proc_kb_field(f"/proc/{proc.pid}/smaps_rollup", "Pss")
+    if pss is not None:
+        return pss
     try:
         return proc.memory_info().rss
     except psutil.Error:
