@@ -1,12 +1,12 @@
 # Two commands for users: `make lab` and `make test`. Everything runs in ./.venv.
 PYTHON ?= python3
-VENV   := .venv
+VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Same environment for the executor, nbval and the tests: reproducible hashing.
 export PYTHONHASHSEED := 0
 
-.PHONY: lab test unit nbval notebooks install doctor bench clean
+.PHONY: lab test unit nbval notebooks install doctor bench lock clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ notebooks: $(STAMP)
 # Every notebook's wall time and peak memory, every widget's update time: docs/performance.md.
 bench: $(STAMP)
 	CUDA_VISIBLE_DEVICES= $(PY) tools/bench.py $(NB)
+
+# Re-pin constraints.txt for every supported Python after changing pyproject.toml (tools/lock.sh).
+lock:
+	bash tools/lock.sh
 
 doctor: $(STAMP)
 	$(PY) -m gputrain_kit doctor
