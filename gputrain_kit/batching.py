@@ -1,17 +1,26 @@
 """How tf.distribute splits each global batch over replicas (pure Python, no TensorFlow).
 
-``experimental_distribute_dataset`` cuts every global batch of ``b`` samples into
-per-replica pieces of ``ceil(b / replicas)``, filled in replica order. A full
-batch that divides evenly gives equal pieces; the last, partial batch of an
-epoch can leave some replicas with **zero** samples (b=6 over 4 replicas ->
-[2, 2, 2, 0]). Those empty pieces are what poison BatchNormalization in
-notebook 05.
+Two input paths, two rules (``via=``):
+
+- ``"dataset"``: ``strategy.experimental_distribute_dataset`` and Keras ``fit`` (which uses it) cut every
+  global batch of ``b`` samples into per-replica pieces of ``ceil(b / replicas)``, filled in replica order.
+  The last, partial batch of an epoch can leave some replicas with **zero** samples (b=6 over 4 replicas
+  -> [2, 2, 2, 0]).
+- ``"function"``: ``strategy.distribute_datasets_from_function`` with the usual recipe (each pipeline
+  batches by ``input_context.get_per_replica_batch_size(global_batch)``) hands out whole per-replica
+  batches, one per replica in order. The last step gets the remaining batches: 1030 samples, global 64,
+  4 replicas -> [6, 0, 0, 0]; and even with no partial batch, 1040 -> [16, 0, 0, 0]. With
+  ``drop_remainder=True`` on the per-replica batch, tf.distribute drops a last step it cannot fill.
+
+Empty pieces are what poison or crash BatchNormalization in notebook 05.
 """
 from __future__ import annotations
 
-from ._args import require_bool, require_int
+from ._args import require_bool, require_choice, require_int
 
-__all__ = ["plan_batches", "split_batch"]
+__all__ = ["plan_batches", "split_batch", "VIAS"]
+
+VIAS = ("dataset", "function")
 
 
 def split_batch(batch: int, replicas: int) -> list[int]:
@@ -23,11 +32,18 @@ def split_batch(batch: int, replicas: int) -> list[int]:
 
 
 def plan_batches(n_samples: int, global_batch: int, replicas: int,
-                 drop_remainder: bool = False) -> list[list[int]]:
+                 drop_remainder: bool = False, *, via: str = "dataset") -> list[list[int]]:
     """Per-replica batch sizes for every step of one epoch, as tf.distribute splits them.
+
+    ``via="dataset"`` (default): ``experimental_distribute_dataset`` and Keras ``fit``; ``drop_remainder``
+    is the global batch's. ``via="function"``: ``distribute_datasets_from_function`` on one worker, the
+    dataset batched per replica (``drop_remainder`` is then the per-replica batch's); the global batch must
+    divide by the replicas, as ``get_per_replica_batch_size`` demands.
 
     >>> plan_batches(1030, 64, 4)[-1]
     [2, 2, 2, 0]
+    >>> plan_batches(1030, 64, 4, via="function")[-1]
+    [6, 0, 0, 0]
     >>> len(plan_batches(1030, 64, 4)), len(plan_batches(1030, 64, 4, drop_remainder=True))
     (17, 16)
     """
@@ -36,11 +52,30 @@ def plan_batches(n_samples: int, global_batch: int, replicas: int,
     global_batch = require_int(func, "global_batch", global_batch, minimum=1)
     replicas = require_int(func, "replicas", replicas, minimum=1)
     drop_remainder = require_bool(func, "drop_remainder", drop_remainder)
+    via = require_choice(func, "via", via, VIAS)
+    if via == "function":
+        return _plan_per_replica_batches(n_samples, global_batch, replicas, drop_remainder)
     full, rest = divmod(n_samples, global_batch)
     sizes = [global_batch] * full
     if rest and not drop_remainder:
         sizes.append(rest)
     return [split_batch(size, replicas) for size in sizes]
+
+
+def _plan_per_replica_batches(n_samples: int, global_batch: int, replicas: int,
+                              drop_remainder: bool) -> list[list[int]]:
+    """distribute_datasets_from_function: whole per-replica batches dealt to the replicas in order."""
+    if global_batch % replicas:
+        raise ValueError(
+            f"plan_batches: via='function' needs global_batch divisible by replicas, got global_batch="
+            f"{global_batch} and replicas={replicas}; InputContext.get_per_replica_batch_size raises for this. "
+            f"Use a global batch that is a multiple of {replicas}, e.g. {global_batch - global_batch % replicas or replicas}.")
+    per_replica = global_batch // replicas
+    full, rest = divmod(n_samples, per_replica)
+    if drop_remainder:  # static batch shapes: tf.distribute then drops a step that cannot fill every replica
+        return [[per_replica] * replicas for _ in range(full // replicas)]
+    batches = [per_replica] * full + ([rest] if rest else [])
+    return [(batches[i:i + replicas] + [0] * replicas)[:replicas] for i in range(0, len(batches), replicas)]
 
 
 def empty_slots(plan: list[list[int]]) -> list[tuple[int, int]]:
@@ -66,8 +101,9 @@ def plan_verdict(plan: list[list[int]]) -> str:
     if empty:
         step, replica = empty[0]
         others = f" (and {len(empty) - 1} more empty slot(s))" if len(empty) > 1 else ""
-        return (f"step {step + 1} gives replica {replica} no data{others}: BatchNormalization will write NaN "
-                "into that replica's copy of its moving statistics (notebook 05).")
+        return (f"step {step + 1} gives replica {replica} no data{others}: with BatchNormalization that step "
+                "writes NaN into the replica's copy of the moving statistics, or crashes fit on conv "
+                "models (notebook 05).")
     uneven = [i for i, sizes in enumerate(plan) if len(set(sizes)) > 1]
     if uneven and uneven[0] == 0:
         return (f"step 1 splits unevenly {plan[0]}: tf.distribute accepts that, but Keras 3 fit refuses a "

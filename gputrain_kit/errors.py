@@ -11,7 +11,7 @@ import contextlib
 import textwrap
 from typing import Iterator
 
-__all__ = ["expect_error", "CaughtError"]
+__all__ = ["expect_error", "CaughtError", "error_summary"]
 
 
 class CaughtError:
@@ -64,3 +64,42 @@ def expect_error(*types: type[BaseException], match: str | None = None,
         raise AssertionError(
             f"expected {names}, but nothing was raised: TensorFlow/Keras may have changed this "
             "behaviour; update the notebook and its test.")
+
+
+def error_summary(error: BaseException | str, limit: int = 160) -> str:
+    """The line of a TensorFlow error that says what went wrong (not 'Graph execution error:'), shortened
+    to ``limit`` characters at a word boundary. Of several root errors, the same one is picked every run, and
+    parts that vary between runs (collective instance numbers, the device reporting a collective's shape
+    mismatch) are left out."""
+    import re
+
+    name = type(error).__name__ if isinstance(error, BaseException) else ""
+    text = str(error)
+    found = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^\s*(?:\(\d+\)\s+)?[A-Z_]{4,}:\s+(.*\S)", line)
+        if m:
+            found.append(m.group(1))
+        elif (line.strip().startswith("[[") and i and not lines[i - 1].strip().startswith("[[")
+              and not re.match(r"^\s*(?:\(\d+\)\s+)?[A-Z_]{4,}:\s", lines[i - 1])):
+            j = i - 1   # a single error: its message stands just above the node it names
+            while j > 0 and ("previous operation" in lines[j] or "Restart your program" in lines[j]):
+                j -= 1
+            found.append(lines[j].strip())
+    derived = ("previous operation", "Restart your program", "cancelled", "Cancelled")
+    useful = [f for f in found if not any(d in f for d in derived)]   # errors that only follow another one
+    if len(useful) > 1 and re.search(r"^\s*\(1\)\s", text, re.M):
+        useful.sort()   # several root errors arrive in a varying order: pick one the same way every run
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    message = (useful or found or [first])[0].strip()
+    message = re.sub(r"\s+", " ", message)
+    # parts that vary from run to run: the instance number, and which device reports a shape mismatch
+    message = re.sub(r"collective instance \d+", "collective instance", message)
+    message = re.sub(r"(Shape mismatch in the collective instance\.) Op at device .*",
+                     r"\1 (The replicas' shapes differ; which device reports it varies.)", message)
+    message = message.replace("/job:localhost/replica:0/task:0/device:", "")
+    if len(message) > limit:
+        cut = message[:limit].rsplit(" ", 1)[0]
+        message = cut + " ..."
+    return f"{name}: {message}" if name else message

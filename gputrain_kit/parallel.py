@@ -1,11 +1,13 @@
 """What ``keras.utils.multi_gpu_model`` did, in readable form, and which all-reduce a strategy uses.
 
-``multi_gpu_model(template, gpus=G)`` (Keras 2; deprecated in TF 2.2, removed in
-TF 2.4: keras-team/keras#14397, "use tf.distribute.MirroredStrategy") wrapped a
-template model: for every batch it cut the inputs into G slices, ran the
-*same* template (same weights) on each slice under ``tf.device('/gpu:i')``, and
-concatenated the outputs on the CPU. ``MultiGpuLike`` does exactly that, so it
-trains, and training it trains the template.
+``multi_gpu_model(template, gpus=G)`` (Keras 2; marked deprecated in TF 2.1's API docs, "will be removed
+after 2020-04-01", and gone in TF 2.4; keras-team/keras#14397 is a support answer pointing to
+``tf.distribute.MirroredStrategy``) wrapped a template model: for every batch it cut the inputs into G
+slices, ran the *same* template (same weights) on each slice, and concatenated the outputs on the CPU.
+It placed each replica under ``tf.device('/gpu:i')`` while building the wrapper, which worked in TF1
+graph-mode Keras. ``MultiGpuLike`` reproduces that behaviour, not the 2018 mechanism: TF2 re-traces the
+model for ``fit`` and drops construction-time placement (notebook 03), so it places each slice inside
+``call()``. It trains, and training it trains the template.
 """
 from __future__ import annotations
 

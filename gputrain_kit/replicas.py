@@ -91,12 +91,22 @@ class EmptyReplicaWarning(UserWarning):
     """The batch plan gives some replica zero samples in some step."""
 
 
-def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_remainder: bool = False) -> list[list[int]]:
-    """Warn (EmptyReplicaWarning) before training when some step leaves a replica with no data."""
-    plan = plan_batches(n_samples, global_batch, replicas, drop_remainder)
+def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_remainder: bool = False,
+                     *, via: str = "dataset") -> list[list[int]]:
+    """Warn (EmptyReplicaWarning) before training when some step leaves a replica with no data.
+
+    ``via`` is the input path, as in ``plan_batches``: ``"dataset"`` for ``fit`` and
+    ``experimental_distribute_dataset``, ``"function"`` for ``distribute_datasets_from_function``.
+    Returns the plan.
+    """
+    plan = plan_batches(n_samples, global_batch, replicas, drop_remainder, via=via)
     if empty_slots(plan):
-        warnings.warn(plan_verdict(plan) + " Fix: drop_remainder=True, repeat() with steps_per_epoch, padding, "
-                      "or BatchNormalization(synchronized=True).", EmptyReplicaWarning, stacklevel=2)
+        where = "the global batch" if via == "dataset" else "each replica's batch"
+        warnings.warn(plan_verdict(plan) + f" Fix: fixed-size batches (drop_remainder=True on {where}, "
+                      "or repeat() with steps_per_epoch, or padding the data to a multiple of the global batch). "
+                      "BatchNormalization(synchronized=True) is no fix for empty steps (it crashes on conv "
+                      "models too); use it against drift, with fixed-size batches.",
+                      EmptyReplicaWarning, stacklevel=2)
     return plan
 
 

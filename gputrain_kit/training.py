@@ -141,10 +141,26 @@ def train_digits(replicas: int, global_batch: int, *, epochs: int = 3, learning_
                      device_kind="simulated" if (report is None or report.simulated) else "GPU")
 
 
-def distributed_split(strategy: Any, n_samples: int, global_batch: int, drop_remainder: bool = False) -> list[list[int]]:
-    """What ``strategy.experimental_distribute_dataset`` really delivers: per-replica sizes of every step."""
+def distributed_split(strategy: Any, n_samples: int, global_batch: int, drop_remainder: bool = False,
+                      *, via: str = "dataset") -> list[list[int]]:
+    """What tf.distribute really delivers: per-replica sizes of every step.
+
+    ``via="dataset"``: ``strategy.experimental_distribute_dataset`` of a globally batched dataset (as ``fit``).
+    ``via="function"``: ``strategy.distribute_datasets_from_function`` with each pipeline sharded by the
+    input context and batched by ``get_per_replica_batch_size(global_batch)``.
+    """
     import tensorflow as tf
 
-    ds = tf.data.Dataset.range(n_samples).batch(global_batch, drop_remainder=drop_remainder)
-    return [[int(t.shape[0]) for t in strategy.experimental_local_results(batch)]
-            for batch in strategy.experimental_distribute_dataset(ds)]
+    if via == "function":
+        def dataset_fn(context):
+            per_replica = context.get_per_replica_batch_size(global_batch)
+            ds = tf.data.Dataset.range(n_samples).shard(context.num_input_pipelines, context.input_pipeline_id)
+            return ds.batch(per_replica, drop_remainder=drop_remainder)
+
+        dist = strategy.distribute_datasets_from_function(dataset_fn)
+    elif via == "dataset":
+        dist = strategy.experimental_distribute_dataset(
+            tf.data.Dataset.range(n_samples).batch(global_batch, drop_remainder=drop_remainder))
+    else:
+        raise ValueError(f"distributed_split: via must be 'dataset' or 'function', got {via!r}.")
+    return [[int(t.shape[0]) for t in strategy.experimental_local_results(batch)] for batch in dist]

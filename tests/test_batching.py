@@ -74,3 +74,43 @@ def test_matches_experimental_distribute_dataset_over_a_grid():
                   if got != plan_batches(n, b, r, d)]
     assert not mismatches
     assert any(0 in step for *_, got in rows for step in got), "the grid must include empty replica slots"
+
+
+def test_via_function_matches_distribute_datasets_from_function_over_a_grid():
+    """distribute_datasets_from_function deals whole per-replica batches: 1030/64/4 ends [6, 0, 0, 0]."""
+    proc = run_python("""
+        import json, gputrain_kit as k
+        k.setup(devices=4)
+        import tensorflow as tf
+        from gputrain_kit.training import distributed_split
+        strategies = {r: tf.distribute.MirroredStrategy(k.device_names(r)) for r in (1, 2, 4)}
+        rows = []
+        for n in (1, 5, 6, 62, 130, 1030, 1040):
+            for b in (4, 8, 64):
+                if -(-n // b) > 20:
+                    continue
+                for r, s in strategies.items():
+                    for drop in (False, True):
+                        if drop and n < b // r:
+                            continue
+                        rows.append([n, b, r, drop, distributed_split(s, n, b, drop, via="function")])
+        print(json.dumps(rows))
+    """)
+    rows = last_json(proc)
+    assert len(rows) > 50
+    mismatches = [(n, b, r, d, got, plan_batches(n, b, r, d, via="function")) for n, b, r, d, got in rows
+                  if got != plan_batches(n, b, r, d, via="function")]
+    assert not mismatches
+    by_key = {(n, b, r, d): got for n, b, r, d, got in rows}
+    assert by_key[(1030, 64, 4, False)][-1] == [6, 0, 0, 0]
+    assert by_key[(1040, 64, 4, False)][-1] == [16, 0, 0, 0]
+    assert by_key[(1040, 64, 4, True)] == [[16] * 4] * 16, "a step that cannot fill every replica is dropped"
+    assert plan_batches(1040, 64, 4) == [[16] * 4] * 16 + [[4, 4, 4, 4]], "the dataset path differs"
+
+
+def test_via_argument_errors():
+    with pytest.raises(ValueError, match=r"via must be one of 'dataset', 'function', got 'fn'"):
+        plan_batches(10, 4, 2, via="fn")
+    with pytest.raises(ValueError, match=r"via='function' needs global_batch divisible by replicas, got "
+                                         r"global_batch=10 and replicas=4.*e\.g\. 8"):
+        plan_batches(100, 10, 4, via="function")

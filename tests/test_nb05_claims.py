@@ -12,8 +12,16 @@ from conftest import last_json, run_python
 
 
 def test_check_batch_plan_warns_only_when_a_replica_is_empty():
-    with pytest.warns(EmptyReplicaWarning, match="step 17 gives replica 3 no data"):
+    with pytest.warns(EmptyReplicaWarning, match="step 17 gives replica 3 no data") as caught:
         check_batch_plan(1030, 64, 4)
+    advice = str(caught[0].message)
+    assert "Fix: fixed-size batches (drop_remainder=True on the global batch" in advice
+    assert "synchronized=True) is no fix for empty steps" in advice and "crashes fit on conv" in advice
+    with pytest.warns(EmptyReplicaWarning, match="drop_remainder=True on each replica's batch"):
+        assert check_batch_plan(1040, 64, 4, via="function")[-1] == [16, 0, 0, 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_batch_plan(1040, 64, 4)                     # the dataset path splits 1040 evenly
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_batch_plan(1030, 64, 4, drop_remainder=True)
@@ -105,6 +113,14 @@ def test_split_explorer_headless():
     e.global_batch.value = 64
     e.drop.value = True
     assert "no step at all" in e.output.value
+    f = SplitExplorer(n_samples=1040)
+    assert "no data" not in f.output.value
+    f.via.value = "function"
+    assert "step 17 gives replica 1 no data" in f.output.value
+    f.global_batch.value = 66
+    assert "needs global_batch divisible by replicas" in f.output.value
+    with pytest.raises(ValueError, match="SplitExplorer: via must be one of"):
+        SplitExplorer(via="fn")
 
 
 def test_nb05_exercise_checks():

@@ -1,0 +1,238 @@
+"""The BatchNorm trap is a matrix, not one behaviour: model kind x BN setting x batching -> outcome.
+
+"no BN" rows separate what BatchNormalization does from what the model's other layers do: on CPU devices
+a Conv2D's gradient itself fails on an empty replica batch.
+
+Each case trains a small model for two epochs under ``MirroredStrategy`` over 4 devices on 1030 samples,
+global batch 64: without ``drop_remainder`` the last step is split [2, 2, 2, 0] and replica 3 gets nothing.
+The outcome is one of
+
+- ``"silent NaN"``: training ends with a finite loss, but some replica's copy of a variable is NaN;
+- ``"loud NaN"``: the loss becomes NaN (``TerminateOnNaN`` stops training);
+- ``"crash"``: ``fit`` raises (the error text a user sees is kept);
+- ``"healthy"``: every copy finite (``spread`` says how far the replicas' copies drifted apart).
+
+A crashed collective can poison the whole process (every later ``fit`` fails), so cases run in child
+processes, and a case after a crash always gets a fresh one.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from ._args import require_choice, require_int
+from .processes import child_environment
+
+__all__ = ["MODELS", "BN_SETTINGS", "BATCHINGS", "DEFAULT_CASES", "CaseResult", "Matrix", "run_cases"]
+
+MODELS = ("dense", "conv")
+BN_SETTINGS = ("no BN", "scale=False", "scale=True", "synchronized")
+BATCHINGS = ("last step empty", "drop_remainder")
+OUTCOMES = ("silent NaN", "loud NaN", "crash", "healthy")
+#: The cases notebook 05 shows: each BN setting on each model with the empty last step (scale=False only on
+#: the Dense model, where it differs from scale=True; "no BN" only on the conv model, since notebook 02 shows
+#: a Dense model without BN training through an empty step), and fixed-size batches with default BN, plus
+#: synchronized BN on the conv model, where it crashed.
+DEFAULT_CASES = [
+    ("dense", "scale=False", "last step empty"), ("dense", "scale=True", "last step empty"),
+    ("dense", "synchronized", "last step empty"), ("dense", "scale=True", "drop_remainder"),
+    ("conv", "no BN", "last step empty"), ("conv", "scale=True", "last step empty"),
+    ("conv", "synchronized", "last step empty"),
+    ("conv", "scale=True", "drop_remainder"), ("conv", "synchronized", "drop_remainder"),
+]
+#: Every other combination, which the tests run too.
+OTHER_CASES = [(m, bn, b) for m in MODELS for bn in BN_SETTINGS for b in BATCHINGS
+               if (m, bn, b) not in DEFAULT_CASES and not (bn == "no BN" and b == "drop_remainder")]
+_MARK = "__bncase__"
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    model: str
+    bn: str
+    batching: str
+    outcome: str
+    detail: str                  # the error a user sees, or what is non-finite
+    losses: tuple[float, ...]    # per finished epoch (empty after a crash)
+    nan_copies: int              # replica copies of variables with NaN/inf
+    spread: float                # largest difference of a finite copy from replica 0's
+    nan_rows: int                # rows of predict under the strategy with NaN (of 1030)
+    later_fit: str               # after a crash: "works" or the error a second fit raises
+
+    @property
+    def case(self) -> tuple[str, str, str]:
+        return (self.model, self.bn, self.batching)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    results: tuple[CaseResult, ...]
+
+    def outcome(self, model: str, bn: str, batching: str) -> CaseResult:
+        for r in self.results:
+            if r.case == (model, bn, batching):
+                return r
+        raise KeyError(f"Matrix.outcome: no case ({model!r}, {bn!r}, {batching!r}) was run.")
+
+    def __repr__(self) -> str:
+        head = f"{'model':<6} {'BatchNorm':<13} {'batches':<16} {'outcome':<11} what you see"
+        lines = [head, "-" * len(head)]
+        for r in self.results:
+            lines.append(f"{r.model:<6} {r.bn:<13} {r.batching:<16} {r.outcome:<11} {r.detail}")
+        return "\n".join(lines)
+
+
+_CHILD = r'''
+import json, os, sys
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import gputrain_kit as kit
+kit.setup(devices=4)
+import keras, numpy as np, tensorflow as tf
+from gputrain_kit.errors import error_summary
+from gputrain_kit.replicas import replica_report
+
+cases, epochs = json.loads(sys.argv[1]), int(sys.argv[2])
+strategy = tf.distribute.MirroredStrategy(kit.device_names(4))
+N, BATCH, CLASSES = 1030, 64, 4
+rng = np.random.default_rng(0)
+y = rng.integers(0, CLASSES, N)
+data = {"dense": (rng.normal(size=(N, 16)) + y[:, None]).astype("float32"),
+        "conv": (rng.normal(size=(N, 8, 8, 1)) + y[:, None, None, None]).astype("float32")}
+
+def build(kind, bn):
+    options = dict(scale=(bn != "scale=False"), synchronized=(bn == "synchronized"), name="bn")
+    norm = [] if bn == "no BN" else [keras.layers.BatchNormalization(**options)]
+    if kind == "dense":
+        layers = [keras.Input((16,)), keras.layers.Dense(32, name="hidden"), *norm,
+                  keras.layers.ReLU(), keras.layers.Dense(CLASSES, name="logits")]
+    else:
+        layers = [keras.Input((8, 8, 1)), keras.layers.Conv2D(8, 3, padding="same", name="conv"), *norm,
+                  keras.layers.ReLU(), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(CLASSES, name="logits")]
+    with strategy.scope():
+        model = keras.Sequential(layers, name=f"{kind}_net")
+        model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+for kind, bn, batching in cases:
+    keras.utils.set_random_seed(0)
+    x = data[kind]
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH, drop_remainder=(batching == "drop_remainder"))
+    model = build(kind, bn)
+    out = {"case": [kind, bn, batching], "losses": [], "error": None, "later_fit": ""}
+    try:
+        history = model.fit(ds, epochs=epochs, verbose=0, callbacks=[keras.callbacks.TerminateOnNaN()])
+        out["losses"] = [float(v) for v in history.history["loss"]]
+    except Exception as err:
+        out["error"] = error_summary(err)
+    report = replica_report(model, strategy)
+    out["poisoned"] = sorted({f"{path.split('/')[-1]}" for path, _ in report.poisoned})
+    out["poisoned_replicas"] = sorted({i for _, i in report.poisoned})
+    out["nan_copies"] = len(report.poisoned)
+    out["spread"] = report.spread
+    out["nan_rows"] = 0   # every copy finite: predictions are finite too
+    if report.poisoned:
+        out["nan_rows"] = int(np.isnan(model.predict(x, batch_size=BATCH, verbose=0)).any(axis=1).sum())
+    if out["error"]:
+        try:   # one full step with the same, already traced train function
+            model.fit(ds.take(1), epochs=1, verbose=0)
+            out["later_fit"] = "works"
+        except Exception as err:
+            out["later_fit"] = error_summary(err)
+    print("__bncase__" + json.dumps(out), flush=True)
+    if out["error"]:
+        break   # a crash may poison this process: the parent starts a fresh one for the rest
+'''
+
+
+def _classify(raw: dict[str, Any]) -> CaseResult:
+    import math
+
+    kind, bn, batching = raw["case"]
+    losses = tuple(raw["losses"])
+    if raw["error"]:
+        outcome, detail = "crash", raw["error"]
+        if raw["later_fit"] != "works":
+            detail += " | a later fit in the same process fails too"
+    elif any(not math.isfinite(v) for v in losses):
+        epoch = next(i for i, v in enumerate(losses, 1) if not math.isfinite(v))
+        outcome = "loud NaN"
+        detail = (f"loss NaN in epoch {epoch}, TerminateOnNaN stops; NaN in {', '.join(raw['poisoned'])} "
+                  f"({raw['nan_copies']} copies), {raw['nan_rows']} of 1030 rows NaN")
+    elif raw["nan_copies"]:
+        outcome = "silent NaN"
+        replicas = ", ".join(map(str, raw["poisoned_replicas"]))
+        detail = (f"loss finite; NaN in {', '.join(raw['poisoned'])} on replica {replicas}, "
+                  f"{raw['nan_rows']} of 1030 rows NaN")
+    else:
+        outcome = "healthy"
+        detail = f"all copies finite; replicas drift apart by {raw['spread']:.2f}" if raw["spread"] > 1e-6 \
+            else "all copies finite and identical"
+    return CaseResult(kind, bn, batching, outcome, detail, losses, raw["nan_copies"], float(raw["spread"]),
+                      raw["nan_rows"], raw["later_fit"])
+
+
+def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: int = 2, processes: int = 2,
+              timeout: float = 300, on_result: Callable[[CaseResult, int, int], None] | None = None) -> Matrix:
+    """Run BatchNorm cases, each a (model, bn, batching) from MODELS x BN_SETTINGS x BATCHINGS (default:
+    DEFAULT_CASES, 9), in up to ``processes`` child processes at a time. ``on_result(result, done, total)`` is called
+    as each case finishes (for a progress bar). Results come back in the order of ``cases``."""
+    if cases is None:
+        cases = DEFAULT_CASES
+    cases = [tuple(c) for c in cases]
+    for case in cases:
+        if len(case) != 3:
+            raise ValueError(f"run_cases: each case is (model, bn, batching), got {case!r}.")
+        require_choice("run_cases", "model", case[0], MODELS)
+        require_choice("run_cases", "bn", case[1], BN_SETTINGS)
+        require_choice("run_cases", "batching", case[2], BATCHINGS)
+    epochs = require_int("run_cases", "epochs", epochs, minimum=1)
+    processes = require_int("run_cases", "processes", processes, minimum=1)
+    # Likely crashes last: a crash ends its child, and every case after it needs a fresh one.
+    order = sorted(cases, key=lambda c: (c[2] == "last step empty", c[0] == "conv", c[1] == "synchronized"))
+    queues = [order[i::processes] for i in range(processes)]
+    results: dict[tuple, CaseResult] = {}
+    lock = threading.Lock()
+    failures: list[str] = []
+    env = child_environment("run_cases", {"TF_CPP_MIN_LOG_LEVEL": "3"})
+
+    def worker(queue: list[tuple]) -> None:
+        while queue:
+            with tempfile.TemporaryFile("w+") as errors:
+                proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(queue), str(epochs)],
+                                        stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
+                timer = threading.Timer(timeout, proc.kill)
+                timer.start()
+                done_here = 0
+                try:
+                    for line in proc.stdout:
+                        if not line.startswith(_MARK):
+                            continue
+                        result = _classify(json.loads(line[len(_MARK):]))
+                        done_here += 1
+                        with lock:
+                            results[result.case] = result
+                            if on_result is not None:
+                                on_result(result, len(results), len(cases))
+                    proc.wait()
+                finally:
+                    timer.cancel()
+                if not done_here:
+                    errors.seek(0)
+                    tail = "\n".join(errors.read().strip().splitlines()[-5:])
+                    failures.append(f"case {queue[0]} did not report (exit {proc.returncode}):\n{tail}")
+                    return
+            queue = queue[done_here:]
+
+    threads = [threading.Thread(target=worker, args=(q,)) for q in queues if q]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise RuntimeError("run_cases: " + "\n".join(failures))
+    return Matrix(tuple(results[c] for c in cases))

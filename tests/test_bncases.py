@@ -1,0 +1,95 @@
+"""The BatchNorm matrix (notebook 05): model kind x BN setting x batching -> outcome, on the installed Keras.
+
+If Keras or TensorFlow changes one of these outcomes, the failing assertion names the row of notebook 05
+to update.
+"""
+from __future__ import annotations
+
+import pytest
+
+from gputrain_kit import bncases
+from gputrain_kit.errors import error_summary
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    return bncases.run_cases(bncases.DEFAULT_CASES + bncases.OTHER_CASES)
+
+
+def test_the_cases_cover_every_combination():
+    every = {(m, bn, b) for m in bncases.MODELS for bn in bncases.BN_SETTINGS for b in bncases.BATCHINGS
+             if not (bn == "no BN" and b == "drop_remainder")}
+    assert set(bncases.DEFAULT_CASES) | set(bncases.OTHER_CASES) == every and len(every) == 14
+    assert not set(bncases.DEFAULT_CASES) & set(bncases.OTHER_CASES)
+
+
+def test_dense_scale_false_poisons_silently(matrix):
+    r = matrix.outcome("dense", "scale=False", "last step empty")
+    assert r.outcome == "silent NaN" and len(r.losses) == 2 and all(v == v for v in r.losses)
+    assert "moving_mean, moving_variance on replica 3" in r.detail and r.nan_rows == 256
+
+
+def test_dense_default_bn_gets_loud_in_epoch_two(matrix):
+    r = matrix.outcome("dense", "scale=True", "last step empty")
+    assert r.outcome == "loud NaN" and "loss NaN in epoch 2" in r.detail and r.nan_rows == 1030
+    assert r.losses[0] == r.losses[0], "epoch 1's loss is still finite: one epoch is not enough to notice"
+
+
+def test_conv_crashes_on_an_empty_replica_batch_with_or_without_scale(matrix):
+    for bn in ("scale=False", "scale=True"):
+        r = matrix.outcome("conv", bn, "last step empty")
+        assert r.outcome == "crash" and "Unable to broadcast tensor of shape [1,1,1,8] to tensor of shape [0,8,8,1]" \
+            in r.detail
+        assert r.later_fit == "works" and r.nan_copies == 2, "the crash still leaves NaN statistics behind"
+
+
+def test_synchronized_bn_is_no_fix_for_empty_steps_on_conv(matrix):
+    r = matrix.outcome("conv", "synchronized", "last step empty")
+    assert r.outcome == "crash" and "Shape mismatch in the collective instance" in r.detail
+    assert r.later_fit != "works" and "later fit in the same process fails too" in r.detail
+
+
+def test_synchronized_bn_survives_the_empty_step_on_this_dense_model(matrix):
+    r = matrix.outcome("dense", "synchronized", "last step empty")
+    assert r.outcome == "healthy" and r.spread == 0.0
+
+
+def test_without_batchnorm_dense_survives_and_conv_still_crashes(matrix):
+    dense = matrix.outcome("dense", "no BN", "last step empty")
+    assert dense.outcome == "healthy" and dense.spread == 0.0
+    conv = matrix.outcome("conv", "no BN", "last step empty")
+    assert conv.outcome == "crash" and "InvalidArgumentError" in conv.detail, conv
+    assert conv.nan_copies == 0, "without BatchNorm the crash leaves nothing poisoned"
+
+
+def test_fixed_size_batches_are_healthy_and_only_synchronized_removes_drift(matrix):
+    for model in bncases.MODELS:
+        for bn in bncases.BN_SETTINGS[1:]:
+            r = matrix.outcome(model, bn, "drop_remainder")
+            assert r.outcome == "healthy", r
+            assert (r.spread == 0.0) == (bn == "synchronized"), r
+
+
+def test_error_summary_finds_the_message_under_graph_execution_error():
+    multi = ("Graph execution error:\n\nDetected at node x\n  File ...\n3 root error(s) found.\n"
+             "  (0) INVALID_ARGUMENT:  Unable to broadcast tensor of shape [1] to tensor of shape [0]\n"
+             "\t [[{{node x}}]]\n0 successful operations.")
+    assert error_summary(multi) == "Unable to broadcast tensor of shape [1] to tensor of shape [0]"
+    single = ("Graph execution error:\n\nDetected at node n\nCollective ops is aborted by: Shape mismatch in the "
+              "collective instance 212. Op at device /job:localhost/replica:0/task:0/device:CPU:3 expected shape "
+              "[1]\nThe error could be from a previous operation. Restart your program to reset.\n"
+              "\t [[{{node n}}]] [Op:f]")
+    assert error_summary(single, limit=500) == ("Collective ops is aborted by: Shape mismatch in the collective "
+                                                "instance. (The replicas' shapes differ; which device reports it "
+                                                "varies.)")
+    two = multi.replace("0 successful", "  (1) INVALID_ARGUMENT:  An earlier message\n\t [[{{node y}}]]\n0 successful")
+    assert error_summary(two) == "An earlier message", "several root errors: the same one every run (sorted)"
+    assert error_summary(ValueError("plain message")) == "ValueError: plain message"
+    assert error_summary("word " * 100, limit=20).endswith(" ...") and len(error_summary("word " * 100, limit=20)) <= 24
+
+
+def test_run_cases_rejects_bad_cases():
+    with pytest.raises(ValueError, match="run_cases: model must be one of 'dense', 'conv', got 'cnn'"):
+        bncases.run_cases([("cnn", "scale=False", "drop_remainder")])
+    with pytest.raises(ValueError, match=r"each case is \(model, bn, batching\)"):
+        bncases.run_cases([("dense", "scale=False")])
