@@ -7,6 +7,16 @@ all-reduce  = ring: each GPU sends and receives 2(N-1)/N of the gradient bytes o
 exposed     = max(0, all-reduce - overlap x compute)   (overlap: share of compute that can hide it)
 throughput  = min(N x per-GPU batch / step time, input-pipeline ceiling)
 efficiency  = throughput / (N x one GPU's throughput)
+
+What it leaves out: a hierarchy of links (GPUs inside a server reducing over NVLink or PCIe before
+the servers talk; callers model one level at a time), how a library packs gradients into messages
+(Horovod's Tensor Fusion, NCCL's protocols), congestion, stragglers, mixed precision, and where
+the single-GPU speed comes from (an input to the model, never measured by it).
+
+Overlap: gradients can only be sent once they exist, so communication can hide only behind the
+rest of the backward pass: ``overlap`` is at most the backward pass's share of the compute, and 0
+when the all-reduce starts after the whole backward pass. Notebook 06 uses 0.1, a cautious value,
+and shows how much the predictions depend on it.
 """
 from __future__ import annotations
 
@@ -20,7 +30,8 @@ ASSUMPTIONS = (
     "synchronous data parallelism, one all-reduce of all gradients per step (ring algorithm)",
     "every GPU computes equally fast; no stragglers; the per-GPU batch is fixed (weak scaling)",
     "the link is the only shared resource; its bandwidth is per direction, per GPU",
-    "overlap: the fraction of compute time during which communication can proceed in the background",
+    "overlap: the fraction of compute time during which communication can proceed in the background "
+    "(at most the backward pass's share: gradients must exist before they are sent)",
     "the input pipeline delivers at most `input_ceiling` samples/s for the whole machine",
 )
 
@@ -50,13 +61,20 @@ class ScalingPrediction:
     samples_per_s: float
     ideal_samples_per_s: float
     efficiency: float
-    bottleneck: str
+    bottleneck: str     # "the input pipeline" when it caps throughput, else the larger part of a step:
+                        # "compute" or "communication"
+
+    @property
+    def communication_share(self) -> float:
+        """Share of each step spent waiting for communication that compute did not hide."""
+        return self.exposed_s / self.step_s
 
     def __repr__(self) -> str:
+        capped = "; capped by the input pipeline" if self.bottleneck == "the input pipeline" else ""
         return (f"{self.gpus} GPU(s): {self.samples_per_s:,.0f} samples/s of an ideal {self.ideal_samples_per_s:,.0f} "
                 f"-> efficiency {self.efficiency:.0%} (step {self.step_s * 1e3:.1f} ms = compute "
-                f"{self.compute_s * 1e3:.1f} ms + exposed communication {self.exposed_s * 1e3:.1f} ms; "
-                f"limited by {self.bottleneck})")
+                f"{self.compute_s * 1e3:.1f} ms + exposed communication {self.exposed_s * 1e3:.1f} ms, "
+                f"{self.communication_share:.0%} of the step{capped})")
 
 
 def _positive(name: str, value: float, allow_zero: bool = False) -> float:
@@ -92,12 +110,13 @@ def scaling_model(gpus: int, *, compute_time_per_sample: float, gradient_bytes: 
     one_gpu = min(per_gpu_batch / compute, ceiling)
     ideal = gpus * one_gpu
     bottleneck = ("the input pipeline" if raw > ceiling else
-                  "communication" if exposed > 0.05 * step else "compute (scales well)")
+                  "communication" if exposed > compute else "compute")
     return ScalingPrediction(gpus, compute, allreduce, exposed, step, throughput, ideal, throughput / ideal, bottleneck)
 
 
-#: Networks for the explorer and the published-benchmark test: parameters (gradient bytes = 4 x params)
-#: and an assumed single-GPU throughput (images/s, fp32, NVIDIA P100 class; rough public figures).
+#: Networks for the explorer and the comparison with Horovod's published benchmark: parameters
+#: (gradient bytes = 4 x params, fp32) and a single-GPU throughput in images/s that is this course's
+#: assumption for a Pascal (P100-class) GPU, not a measurement.
 NETWORKS = {
     "Inception V3": (23.85e6, 140.0),
     "ResNet-101": (44.55e6, 120.0),

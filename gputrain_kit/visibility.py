@@ -18,22 +18,40 @@ parses it more loosely than ``value.split(",")`` suggests. The rules modelled he
   invalid ordinal. A list that starts with UUIDs stops at the first non-UUID.
 - ``MIG-`` entries select a MIG instance; only a single MIG instance can be
   enumerated (CUDA programming guide), later entries are ignored.
+- The ordinals are CUDA's numbering of the GPUs, which is not always
+  ``nvidia-smi``'s. ``nvidia-smi`` numbers GPUs by PCI bus ID. CUDA does the same
+  only with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``; unset (``FASTEST_FIRST``, the
+  default) it enumerates "the fastest first, using a simple heuristic" that NVIDIA
+  does not spell out. On a server with GPUs of different models, ``2`` in
+  CUDA_VISIBLE_DEVICES (and TensorFlow's ``/GPU:i``) can then be another board than
+  ``nvidia-smi``'s GPU 2. The model cannot compute CUDA's fastest-first order: pass
+  it (``fastest_first``), or set ``device_order="PCI_BUS_ID"``; otherwise the
+  ``nvidia-smi`` index of a visible GPU is reported as unknown (None).
+  :func:`measured_numbering` reads the real mapping on a GPU machine.
 
 Sources: CUDA C++ Programming Guide, "CUDA Environment Variables"
 (CUDA_VISIBLE_DEVICES); PyTorch's ``torch/cuda/__init__.py``
 (``_parse_visible_devices``, ``_transform_uuid_to_ordinals``,
 ``_device_count_nvml``), which mirrors the runtime's parser to count devices
-without initialising CUDA. The tests cite the cases they take from each.
+without initialising CUDA; the same guide's CUDA_DEVICE_ORDER entry. The tests
+cite the cases they take from each.
+
+Everything here is pure Python except :func:`measured_numbering`, which starts a
+child process with TensorFlow and calls ``nvidia-smi`` (GPU machines only).
 """
 from __future__ import annotations
 
 import hashlib
 import html
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
-__all__ = ["parse_cuda_visible_devices", "Visibility", "Entry", "example_uuids"]
+__all__ = ["parse_cuda_visible_devices", "Visibility", "Entry", "example_uuids", "DEVICE_ORDERS", "cuda_numbering",
+           "example_fastest_first", "normalise_bus_id", "measured_numbering"]
+
+#: The values of CUDA_DEVICE_ORDER the model knows (None: the variable is unset, i.e. FASTEST_FIRST).
+DEVICE_ORDERS = ("FASTEST_FIRST", "PCI_BUS_ID")
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,13 @@ class Visibility:
     entries: tuple[Entry, ...]
     visible: tuple[int | None, ...]   # logical index i -> physical GPU index (None: a MIG instance we cannot map)
     summary: str
+    device_order: str | None = None   # CUDA_DEVICE_ORDER (None: unset, which means FASTEST_FIRST)
+    numbering: tuple[int | None, ...] = ()   # CUDA ordinal k -> nvidia-smi index (None: unknown)
+
+    @property
+    def smi(self) -> tuple[int | None, ...]:
+        """nvidia-smi's index of each visible GPU, /GPU:0 first (None where the model cannot know it)."""
+        return tuple(None if p is None or p >= len(self.numbering) else self.numbering[p] for p in self.visible)
 
     @property
     def count(self) -> int:
@@ -68,15 +93,21 @@ class Visibility:
         return [i for i in range(self.n_physical) if i not in self.visible]
 
     def physical_of(self, logical: int) -> int | None:
-        """Which physical GPU becomes ``/GPU:<logical>``."""
+        """Which physical GPU, in CUDA's numbering, becomes ``/GPU:<logical>``."""
         if not 0 <= logical < len(self.visible):
             raise ValueError(f"/GPU:{logical} does not exist: this value makes {len(self.visible)} GPU(s) visible.")
         return self.visible[logical]
 
     def __repr__(self) -> str:
         lines = [self.summary]
-        for i, phys in enumerate(self.visible):
-            lines.append(f"  /GPU:{i} -> {'a MIG instance' if phys is None else f'physical GPU {phys}'}")
+        explicit = self.device_order is not None or any(n is not None for n in self.numbering)
+        for i, (phys, smi) in enumerate(zip(self.visible, self.smi)):
+            where = "a MIG instance" if phys is None else f"physical GPU {phys}"
+            if explicit and phys is not None:
+                where += " (nvidia-smi's number unknown)" if smi is None else f" = nvidia-smi GPU {smi}"
+            lines.append(f"  /GPU:{i} -> {where}")
+        if explicit:
+            lines.append(f"  {_order_note(self.device_order, self.numbering)}")
         for e in self.entries:
             if e.status == "dropped":
                 lines.append(f"  entry {e.text!r} ignored: {e.reason}")
@@ -91,6 +122,7 @@ class Visibility:
         esc = html.escape
         rows = []
         for phys in range(self.n_physical):
+            smi = self.numbering[phys] if phys < len(self.numbering) else None
             if phys in self.visible:
                 logical = self.visible.index(phys)
                 cell, style = f"/GPU:{logical}", "background:#e6f4ea"
@@ -98,14 +130,18 @@ class Visibility:
             else:
                 cell, style = "hidden", "background:#fdecea"
                 why = "not listed" if self.count else "no GPU visible (see below)"
-            rows.append(f"<tr style='{style}'><td>GPU {phys}</td><td>{cell}</td><td>{esc(why)}</td></tr>")
+            rows.append(f"<tr style='{style}'><td>GPU {phys}</td><td>{'?' if smi is None else f'GPU {smi}'}</td>"
+                        f"<td>{cell}</td><td>{esc(why)}</td></tr>")
         for i, phys in enumerate(self.visible):
             if phys is None:
-                rows.append(f"<tr style='background:#e6f4ea'><td>MIG instance</td><td>/GPU:{i}</td><td></td></tr>")
+                rows.append(f"<tr style='background:#e6f4ea'><td>MIG instance</td><td>?</td><td>/GPU:{i}</td>"
+                            "<td></td></tr>")
         dropped = [f"<li><code>{esc(repr(e.text))}</code>: {esc(e.reason)}</li>"
                    for e in self.entries if e.status == "dropped"]
         return (f"<p><b>{esc(self.summary)}</b></p>"
-                "<table><tr><th>physical</th><th>seen as</th><th>why</th></tr>" + "".join(rows) + "</table>"
+                "<table><tr><th>physical (CUDA's number)</th><th>nvidia-smi's number</th><th>seen as</th>"
+                "<th>why</th></tr>" + "".join(rows) + "</table>"
+                + f"<p><i>{esc(_order_note(self.device_order, self.numbering))}</i></p>"
                 + (f"<p>Ignored entries:</p><ul>{''.join(dropped)}</ul>" if dropped else ""))
 
 
@@ -116,6 +152,97 @@ def example_uuids(n: int) -> list[str]:
         h = hashlib.sha1(f"gputrain-kit-gpu-{i}".encode()).hexdigest()
         out.append(f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}")
     return out
+
+
+def example_fastest_first(n: int) -> tuple[int, ...]:
+    """CUDA's fastest-first order on an imaginary mixed server (for teaching): nvidia-smi's GPUs
+    n//2 .. n-1 are a newer, faster model than GPUs 0 .. n//2-1, so CUDA numbers them first.
+    (Within one model this example keeps bus order; the real tie-break is CUDA's own.)"""
+    return tuple(range(n // 2, n)) + tuple(range(n // 2))
+
+
+def cuda_numbering(n: int, device_order: str | None = None,
+                   fastest_first: Sequence[int] | None = None) -> tuple[int | None, ...]:
+    """nvidia-smi's index of each CUDA ordinal 0..n-1 under ``CUDA_DEVICE_ORDER=device_order``.
+
+    ``device_order``: None (unset, which CUDA treats as FASTEST_FIRST), "FASTEST_FIRST" or
+    "PCI_BUS_ID". With PCI_BUS_ID, CUDA numbers GPUs by PCI bus like nvidia-smi: ordinal k is
+    nvidia-smi GPU k. Fastest first, the order comes from CUDA's heuristic and only the machine
+    can tell it: ``fastest_first`` lists nvidia-smi's indices in CUDA's order (as
+    :func:`measured_numbering` reads them); without it every entry is None (unknown).
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+        raise ValueError(f"cuda_numbering: n must be a GPU count >= 0, got {n!r}.")
+    if device_order is not None and device_order not in DEVICE_ORDERS:
+        raise ValueError(f"CUDA_DEVICE_ORDER must be unset (None), 'FASTEST_FIRST' or 'PCI_BUS_ID', "
+                         f"got {device_order!r}.")
+    if device_order == "PCI_BUS_ID":
+        return tuple(range(n))
+    if fastest_first is None:
+        return (None,) * n
+    if isinstance(fastest_first, str) or not isinstance(fastest_first, Sequence):
+        raise ValueError(f"fastest_first must list nvidia-smi's GPU indices in CUDA's order, got {fastest_first!r}.")
+    order = list(fastest_first)
+    if (any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in order)
+            or sorted(order) != list(range(n))):
+        raise ValueError(f"fastest_first must contain each nvidia-smi index 0..{n - 1} exactly once, "
+                         f"got {fastest_first!r}.")
+    return tuple(int(i) for i in order)
+
+
+def _order_note(device_order: str | None, numbering: Sequence[int | None]) -> str:
+    if device_order == "PCI_BUS_ID":
+        return "CUDA_DEVICE_ORDER=PCI_BUS_ID: CUDA numbers GPUs by PCI bus, as nvidia-smi does."
+    head = ("CUDA_DEVICE_ORDER unset: CUDA numbers GPUs fastest first" if device_order is None
+            else "CUDA_DEVICE_ORDER=FASTEST_FIRST: CUDA numbers GPUs fastest first")
+    if numbering and all(n is not None for n in numbering):
+        return head + f" (here nvidia-smi's {', '.join(map(str, numbering))}), nvidia-smi by PCI bus."
+    return head + ", nvidia-smi by PCI bus: on mixed GPU models the two numbers can differ."
+
+
+def normalise_bus_id(text: str) -> str:
+    """One spelling of a PCI bus ID: nvidia-smi's ``00000000:3B:00.0`` and TensorFlow's
+    ``0000:3b:00.0`` both become ``0000:3b:00.0``."""
+    if not isinstance(text, str):
+        raise ValueError(f"normalise_bus_id: expected a PCI bus ID string, got {text!r}.")
+    parts = text.strip().lower().split(":")
+    if len(parts) != 3 or "." not in parts[2]:
+        raise ValueError(f"normalise_bus_id: {text!r} is not a PCI bus ID like '0000:3b:00.0'.")
+    try:
+        domain, bus = int(parts[0], 16), int(parts[1], 16)
+        device, function = (int(x, 16) for x in parts[2].split("."))
+    except ValueError:
+        raise ValueError(f"normalise_bus_id: {text!r} is not a PCI bus ID like '0000:3b:00.0'.") from None
+    return f"{domain:04x}:{bus:02x}:{device:02x}.{function:x}"
+
+
+_MEASURE = """
+import re, subprocess
+from tensorflow.python.client import device_lib
+gpus = [d for d in device_lib.list_local_devices() if d.device_type == "GPU"]
+smi = subprocess.run(["nvidia-smi", "--query-gpu=index,pci.bus_id,name", "--format=csv,noheader"],
+                     capture_output=True, text=True, check=True).stdout
+report(tf=[re.search(r"pci bus id: ([^,]+)", d.physical_device_desc).group(1).strip() for d in gpus],
+       smi=[[field.strip() for field in line.split(",", 2)] for line in smi.strip().splitlines()])
+"""
+
+
+def measured_numbering(device_order: str | None = None) -> list[tuple[str, int, str]]:
+    """GPU machines only: in a fresh process with ``CUDA_DEVICE_ORDER=device_order`` (None: unset),
+    each TensorFlow GPU as ``("/GPU:i", nvidia-smi index, name)``, matched by PCI bus ID.
+
+    The child lists its GPUs with ``device_lib`` (memory growth on, so it holds little) and asks
+    ``nvidia-smi`` for every GPU's index and bus; the child's CUDA_VISIBLE_DEVICES is inherited.
+    """
+    from .processes import run_child
+
+    if device_order is not None and device_order not in DEVICE_ORDERS:
+        raise ValueError(f"measured_numbering: device_order must be None, 'FASTEST_FIRST' or 'PCI_BUS_ID', "
+                         f"got {device_order!r}.")
+    values = run_child(_MEASURE, env={"CUDA_DEVICE_ORDER": device_order,
+                                      "TF_FORCE_GPU_ALLOW_GROWTH": "true"}).values
+    by_bus = {normalise_bus_id(bus): (int(index), name) for index, bus, name in values["smi"]}
+    return [(f"/GPU:{i}", *by_bus[normalise_bus_id(bus)]) for i, bus in enumerate(values["tf"])]
 
 
 def _strtoul(text: str) -> tuple[int | None, str]:
@@ -161,27 +288,40 @@ def _check_physical(physical: int | Sequence[str]) -> tuple[int, list[str] | Non
     return len(uuids), uuids
 
 
-def parse_cuda_visible_devices(value: str | None, physical: int | Sequence[str]) -> Visibility:
+def parse_cuda_visible_devices(value: str | None, physical: int | Sequence[str], *,
+                               device_order: str | None = None,
+                               fastest_first: Sequence[int] | None = None) -> Visibility:
     """Which physical GPUs a process sees, in which order, for a CUDA_VISIBLE_DEVICES value.
 
-    ``physical``: the machine's GPU count, or its GPU UUIDs in physical order
+    ``physical``: the machine's GPU count, or its GPU UUIDs indexed by CUDA ordinal
     (needed to resolve ``GPU-`` entries). Returns a :class:`Visibility` whose
     ``visible[i]`` is the physical GPU behind ``/GPU:i``, with a reason for every
     entry that was ignored.
+
+    "Physical GPU k" is GPU k in **CUDA's** numbering, the one the ordinals in the value
+    use. nvidia-smi numbers GPUs by PCI bus; CUDA does too only with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and otherwise numbers the fastest GPU first, so on a
+    server with mixed GPU models "2" may not be nvidia-smi's GPU 2. ``device_order`` is
+    the CUDA_DEVICE_ORDER value (None: unset); ``fastest_first`` is nvidia-smi's indices in
+    CUDA's fastest-first order, when known (see :func:`cuda_numbering`). ``.smi`` then gives
+    nvidia-smi's index of every visible GPU (None: unknown).
     """
     if value is not None and not isinstance(value, str):
         raise ValueError(f"value must be the variable's text (a str) or None for unset, got {value!r}. "
                          "Environment variables are strings: write '0,1', not [0, 1].")
     n, uuids = _check_physical(physical)
+    numbering = cuda_numbering(n, device_order, fastest_first)
     if value is None:
         entries = tuple(Entry(str(i), "visible", i, i, "") for i in range(n))
-        return Visibility(None, n, entries, tuple(range(n)),
-                          f"unset: all {n} GPU(s) visible in the default order")
-    if value.startswith("MIG-"):
-        return _parse_mig(value, n, uuids)
-    if value.startswith("GPU-"):
-        return _parse_uuids(value, n, uuids)
-    return _parse_ordinals(value, n)
+        result = Visibility(None, n, entries, tuple(range(n)),
+                            f"unset: all {n} GPU(s) visible in the default order")
+    elif value.startswith("MIG-"):
+        result = _parse_mig(value, n, uuids)
+    elif value.startswith("GPU-"):
+        result = _parse_uuids(value, n, uuids)
+    else:
+        result = _parse_ordinals(value, n)
+    return replace(result, device_order=device_order, numbering=numbering)
 
 
 def _finish(value: str, n: int, entries: list[Entry], visible: list[int | None], empty_reason: str = "") -> Visibility:

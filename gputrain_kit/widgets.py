@@ -13,38 +13,57 @@ __all__ = ["visibility_explorer", "render_visibility", "render_plan", "render_ro
            "MemoryExplorer", "memory_verdict", "SplitExplorer", "ScalingModelExplorer"]
 
 
-def render_visibility(value: str | None, physical: Any) -> str:
+def render_visibility(value: str | None, physical: Any, device_order: str | None = None,
+                      fastest_first: Any = None) -> str:
     """HTML for one CUDA_VISIBLE_DEVICES value on a machine (an error message for bad input)."""
     try:
-        return parse_cuda_visible_devices(value, physical).to_html()
+        return parse_cuda_visible_devices(value, physical, device_order=device_order,
+                                          fastest_first=fastest_first).to_html()
     except ValueError as err:
         import html
         return f"<p style='color:#b00020'>{html.escape(str(err))}</p>"
 
 
 def visibility_explorer(n_gpus: int = 8, value: str = "2,0"):
-    """Type a CUDA_VISIBLE_DEVICES value; see which physical GPU becomes /GPU:i on an n-GPU server."""
+    """Type a CUDA_VISIBLE_DEVICES value; see which GPU becomes /GPU:i on an imaginary n-GPU server.
+
+    The server mixes two GPU models (:func:`~gputrain_kit.visibility.example_fastest_first`), so the
+    CUDA_DEVICE_ORDER toggle changes which board (nvidia-smi's number) an ordinal selects; a UUID
+    always selects the same board. Headless: set ``.text/.unset/.order`` values, read ``.table.value``.
+    """
     import ipywidgets as widgets
+
+    from .visibility import cuda_numbering, example_fastest_first
 
     if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or not 1 <= n_gpus <= 16:
         raise ValueError(f"visibility_explorer: n_gpus must be an int from 1 to 16, got {n_gpus!r}.")
-    uuids = example_uuids(n_gpus)
+    smi_uuids = example_uuids(n_gpus)          # one per board, in nvidia-smi's (PCI bus) order
+    fastest = example_fastest_first(n_gpus)
+    newer = set(fastest[:n_gpus - n_gpus // 2])
     text = widgets.Text(value=value, description="value:", placeholder="e.g. 2,0 or GPU-d4bb",
                         continuous_update=True, layout=widgets.Layout(width="420px"))
     unset = widgets.Checkbox(value=False, description="variable unset", indent=False)
+    order = widgets.ToggleButtons(options=[("CUDA_DEVICE_ORDER unset (fastest first)", "FASTEST_FIRST"),
+                                           ("CUDA_DEVICE_ORDER=PCI_BUS_ID", "PCI_BUS_ID")],
+                                  value="FASTEST_FIRST", style={"button_width": "290px"})
     table = widgets.HTML()
-    legend = widgets.HTML("<details><summary>this server's GPU UUIDs</summary><pre>" +
-                          "\n".join(f"GPU {i}: {u}" for i, u in enumerate(uuids)) + "</pre></details>")
+    legend = widgets.HTML(
+        "<details><summary>this imaginary server's GPUs (nvidia-smi's numbers and UUIDs)</summary><pre>" +
+        "\n".join(f"nvidia-smi GPU {i}: {'newer, faster' if i in newer else 'older, slower'} model, {u}"
+                   for i, u in enumerate(smi_uuids)) + "</pre></details>")
 
     def update(_change: Any = None) -> None:
         text.disabled = unset.value
-        table.value = render_visibility(None if unset.value else text.value, uuids)
+        device_order = None if order.value == "FASTEST_FIRST" else order.value
+        numbering = cuda_numbering(n_gpus, device_order, fastest)
+        cuda_uuids = [smi_uuids[k] for k in numbering]      # UUIDs indexed by CUDA's numbers
+        table.value = render_visibility(None if unset.value else text.value, cuda_uuids, device_order, fastest)
 
-    text.observe(update, names="value")
-    unset.observe(update, names="value")
+    for control in (text, unset, order):
+        control.observe(update, names="value")
     update()
-    box = widgets.VBox([widgets.HBox([text, unset]), table, legend])
-    box.text, box.unset, box.table = text, unset, table
+    box = widgets.VBox([widgets.HBox([text, unset]), order, table, legend])
+    box.text, box.unset, box.order, box.table = text, unset, order, table
     return box
 
 
@@ -239,24 +258,31 @@ class MemoryExplorer:
 
 
 class SplitExplorer:
-    """Dataset size, global batch and replica count -> every step's split, empty slots in red, a verdict.
+    """Input path, dataset size, global batch and replica count -> every step's split, empty slots in red, a verdict.
 
-    Headless use: set ``.n_samples/.global_batch/.replicas`` values, read ``.output.value``.
+    Headless use: set ``.via/.n_samples/.global_batch/.replicas/.drop`` values, read ``.output.value``.
     """
 
-    def __init__(self, n_samples: int = 1030, global_batch: int = 64, replicas: int = 4):
+    def __init__(self, n_samples: int = 1030, global_batch: int = 64, replicas: int = 4, via: str = "dataset"):
         import ipywidgets as widgets
 
+        from ._args import require_choice
+        from .batching import VIAS
+
+        require_choice("SplitExplorer", "via", via, VIAS)
+        self.via = widgets.ToggleButtons(options=[("fit / distribute_dataset", "dataset"),
+                                                  ("distribute_datasets_from_function", "function")],
+                                         value=via, description="input path", style={"description_width": "initial"})
         self.n_samples = widgets.BoundedIntText(value=n_samples, min=1, max=10_000_000, description="samples")
         self.global_batch = widgets.IntSlider(value=global_batch, min=1, max=1024, description="global batch",
                                               style={"description_width": "initial"})
         self.replicas = widgets.IntSlider(value=replicas, min=1, max=16, description="replicas")
         self.drop = widgets.Checkbox(value=False, description="drop_remainder", indent=False)
         self.output = widgets.HTML()
-        for control in (self.n_samples, self.global_batch, self.replicas, self.drop):
+        for control in (self.n_samples, self.global_batch, self.replicas, self.drop, self.via):
             control.observe(lambda _change: self.update(), names="value")
         self.update()
-        self.widget = widgets.VBox([widgets.HBox([self.n_samples, self.drop]),
+        self.widget = widgets.VBox([self.via, widgets.HBox([self.n_samples, self.drop]),
                                     widgets.HBox([self.global_batch, self.replicas]), self.output])
 
     def update(self) -> None:
@@ -266,7 +292,7 @@ class SplitExplorer:
 
         try:
             plan = plan_batches(int(self.n_samples.value), int(self.global_batch.value), int(self.replicas.value),
-                                bool(self.drop.value))
+                                bool(self.drop.value), via=self.via.value)
         except ValueError as err:
             self.output.value = f"<p style='color:#b00020'>{html.escape(str(err))}</p>"
             return

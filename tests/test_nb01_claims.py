@@ -1,10 +1,27 @@
 """Every TensorFlow behaviour notebook 01 shows, checked on the installed versions."""
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+
 import pytest
 
 from gputrain_kit import check, counting, processes
+from gputrain_kit.visibility import measured_numbering
 from conftest import last_json, run_python
+
+
+def _nvidia_smi_gpus() -> int:
+    if not shutil.which("nvidia-smi"):
+        return 0
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+
+
+#: Section 6 of notebook 01 ("GPU only"): these claims can only be checked on a GPU machine.
+gpu_only = pytest.mark.skipif(_nvidia_smi_gpus() == 0 or os.environ.get("CUDA_VISIBLE_DEVICES") is not None,
+                              reason="GPU only: needs nvidia-smi, a GPU, and CUDA_VISIBLE_DEVICES unset")
 
 
 def test_no_strategy_computes_on_device_0_and_mirrored_on_every_device():
@@ -97,3 +114,138 @@ def test_nb01_exercise_checks():
     assert check.nb01_count_with_garbage(2) and not check.nb01_count_with_garbage(3)
     assert check.nb01_locking_call("b") and not check.nb01_locking_call("c")
     assert "Not answered" in repr(check.nb01_locking_call(...))
+
+
+def test_simulated_devices_share_one_allocator_with_memory_statistics():
+    """Section 5: get_memory_info works on CPUs (its docstring says it raises there), counts a tensor's
+    bytes, keeps the peak until reset_memory_stats; every logical CPU reports the same allocator."""
+    proc = run_python("""
+        import json, gputrain_kit as k
+        k.setup(devices=4)
+        import tensorflow as tf
+        mem = tf.config.experimental.get_memory_info
+        names = k.device_names()
+        tf.config.experimental.reset_memory_stats(names[0])
+        start = mem(names[0])
+        with tf.device(names[1]):
+            block = tf.zeros((1024, 1024))
+        held = [mem(n) for n in names]
+        device = block.device
+        del block
+        freed = mem(names[0])
+        tf.config.experimental.reset_memory_stats(names[1])
+        reset = mem(names[0])
+        print(json.dumps({"start": start, "held": held, "freed": freed, "reset": reset, "device": device,
+                          "doc": "only supports GPU and TPU" in tf.config.experimental.get_memory_info.__doc__}))
+    """)
+    out = last_json(proc)
+    size = 1024 * 1024 * 4
+    assert out["doc"] and out["device"].endswith("CPU:1")
+    assert out["start"]["peak"] == out["start"]["current"]                          # reset: peak = current
+    assert all(h == out["held"][0] for h in out["held"])                            # one allocator for all
+    assert out["held"][0]["current"] - out["start"]["current"] == size
+    assert out["held"][0]["peak"] - out["start"]["current"] == size
+    assert out["freed"]["current"] == out["start"]["current"] and out["freed"]["peak"] == out["held"][0]["peak"]
+    assert out["reset"]["peak"] == out["reset"]["current"] == out["start"]["current"]   # reset via CPU:1
+
+
+@gpu_only
+def test_gpu_cuda_device_order_pci_bus_id_is_nvidia_smis_order():
+    """Section 6.4: with CUDA_DEVICE_ORDER=PCI_BUS_ID, /GPU:i is nvidia-smi's GPU i; unset, the same boards
+    appear in some order (fastest first)."""
+    by_bus = measured_numbering("PCI_BUS_ID")
+    assert [index for _, index, _ in by_bus] == list(range(_nvidia_smi_gpus()))
+    fastest = measured_numbering(None)
+    assert sorted(index for _, index, _ in fastest) == list(range(_nvidia_smi_gpus()))
+
+
+@gpu_only
+def test_gpu_default_init_reserves_most_memory_and_growth_does_not():
+    """Section 6.2: a first op with default settings, or device_lib.list_local_devices(), holds most of
+    GPU 0's memory; a first op with TF_FORCE_GPU_ALLOW_GROWTH=true far less."""
+    code = """
+        import subprocess, tensorflow as tf
+        {call}
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, check=True).stdout
+        report(used=[int(line.split(",")[0]) for line in out.strip().splitlines()],
+               total=[int(line.split(",")[1]) for line in out.strip().splitlines()])
+    """
+    op = "tf.constant(1.0) + 1"
+    devlib = "from tensorflow.python.client import device_lib; device_lib.list_local_devices()"
+    default = processes.run_child(code.format(call=op), env={"TF_FORCE_GPU_ALLOW_GROWTH": None}).values
+    listing = processes.run_child(code.format(call=devlib), env={"TF_FORCE_GPU_ALLOW_GROWTH": None}).values
+    growth = processes.run_child(code.format(call=op), env={"TF_FORCE_GPU_ALLOW_GROWTH": "true"}).values
+    assert default["used"][0] > 0.5 * default["total"][0]
+    assert listing["used"][0] > 0.5 * listing["total"][0]
+    assert growth["used"][0] < default["used"][0] / 2
+
+
+@gpu_only
+def test_gpu_kit_setup_turns_memory_growth_on():
+    """Section 6.5: kit.setup() on real GPUs (enough of them, no memory_limit_mb) turns memory growth on."""
+    values = processes.run_child("""
+        import gputrain_kit as kit
+        report_ = kit.setup(devices=1)
+        import tensorflow as tf
+        gpu = tf.config.list_physical_devices("GPU")[0]
+        report(mode=report_.mode, growth=tf.config.experimental.get_memory_growth(gpu))
+    """).values
+    assert values == {"mode": "gpu", "growth": True}
+
+
+@gpu_only
+def test_gpu_plain_fit_uses_only_the_first_gpus_allocator():
+    """Section 6.1: after a fit with no strategy, /GPU:0's peak is far above every other device's."""
+    values = processes.run_child("""
+        import gputrain_kit as kit
+        kit.setup(devices=2)
+        import tensorflow as tf
+        (x, y), _ = kit.data.digits()
+        kit.training.build_digits_model().fit(x, y, batch_size=64, epochs=1, verbose=0)
+        report(peaks=[tf.config.experimental.get_memory_info(d)["peak"] for d in kit.device_names()])
+    """).values
+    first, *others = values["peaks"]
+    assert first > 0 and all(other < first / 10 for other in others)
+
+
+def test_memory_growth_before_logical_gpus_is_accepted_and_dropped():
+    """Section 6.5: TensorFlow's own Python logic (tensorflow/python/eager/context.py), run on a fake GPU
+    entry so no GPU is needed: growth after logical devices raises; growth before them is accepted,
+    get_memory_growth still says True, but the GPU options handed to the runtime carry no growth.
+    (Private API: this test pins the behaviour of the installed version.)"""
+    proc = run_python("""
+        import json
+        import tensorflow as tf
+        from tensorflow.python.eager import context
+
+        def fresh():
+            ctx = context.Context()
+            ctx._initialize_physical_devices()
+            gpu = context.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
+            ctx._physical_devices.append(gpu)
+            ctx._visible_device_list.append(gpu)
+            ctx._memory_growth_map[gpu] = None
+            return ctx, gpu
+
+        two = [tf.config.LogicalDeviceConfiguration(memory_limit=512)] * 2
+        out = {}
+        ctx, gpu = fresh()
+        ctx.set_memory_growth(gpu, True)
+        out["growth_only"] = ctx._compute_gpu_options().allow_growth
+        ctx.set_logical_device_configuration(gpu, two)
+        options = ctx._compute_gpu_options()
+        out["both"] = [options.allow_growth, list(options.experimental.virtual_devices[0].memory_limit_mb),
+                       ctx.get_memory_growth(gpu)]
+        ctx, gpu = fresh()
+        ctx.set_logical_device_configuration(gpu, two)
+        try:
+            ctx.set_memory_growth(gpu, True)
+        except ValueError as e:
+            out["logical_first"] = str(e)
+        print(json.dumps(out))
+    """)
+    out = last_json(proc)
+    assert out["growth_only"] is True
+    assert out["both"] == [False, [512.0, 512.0], True]
+    assert out["logical_first"] == "Cannot set memory growth on device when virtual devices configured"

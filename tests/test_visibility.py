@@ -13,6 +13,9 @@ Sources, cited per case:
           empty set"; "Negative value aborts the sequence"; the list is trimmed at the first ordinal
           >= the device count; an ambiguous or unknown UUID prefix stops parsing; a UUID list stops
           at the first entry without the prefix; duplicate UUIDs give the empty set.
+  [order] the same guide, CUDA_DEVICE_ORDER: FASTEST_FIRST (the default) "causes CUDA to enumerate
+          the available devices in fastest to slowest order, using a simple heuristic"; PCI_BUS_ID
+          "orders devices by PCI bus ID in ascending order" (nvidia-smi's order).
 """
 from __future__ import annotations
 
@@ -21,7 +24,8 @@ import time
 import pytest
 
 from gputrain_kit import parse_cuda_visible_devices as parse
-from gputrain_kit.visibility import example_uuids
+from gputrain_kit.visibility import (cuda_numbering, example_fastest_first, example_uuids, normalise_bus_id,
+                                     parse_cuda_visible_devices)
 from gputrain_kit.widgets import visibility_explorer
 
 UUIDS = example_uuids(8)
@@ -117,3 +121,64 @@ def test_widget_updates_headless_and_fast():
     assert "no GPU visible" in box.table.value
     with pytest.raises(ValueError, match="n_gpus"):
         visibility_explorer(n_gpus=0)
+
+
+def test_cuda_device_order_decides_which_board_an_ordinal_is():
+    """[order] The ordinals are CUDA's numbers: nvidia-smi's only with PCI_BUS_ID."""
+    assert cuda_numbering(4, "PCI_BUS_ID") == (0, 1, 2, 3)
+    assert cuda_numbering(4) == (None,) * 4 == cuda_numbering(4, "FASTEST_FIRST")   # the heuristic: unknown
+    assert cuda_numbering(4, None, [2, 3, 0, 1]) == (2, 3, 0, 1)
+    assert cuda_numbering(4, "PCI_BUS_ID", [2, 3, 0, 1]) == (0, 1, 2, 3)             # the order given is unused
+    fastest = example_fastest_first(8)
+    assert sorted(fastest) == list(range(8)) and set(fastest[:4]) == {4, 5, 6, 7}
+    mixed = parse("2,0", 8, fastest_first=fastest)
+    by_bus = parse("2,0", 8, device_order="PCI_BUS_ID", fastest_first=fastest)
+    assert mixed.visible == by_bus.visible == (2, 0)                   # the same CUDA ordinals...
+    assert mixed.smi == (fastest[2], fastest[0]) and by_bus.smi == (2, 0)   # ...are other boards
+    assert mixed.smi != by_bus.smi
+    assert parse("2,0", 8).smi == (None, None)
+    assert "nvidia-smi" not in repr(parse("2,0", 8))                   # default repr unchanged
+    assert f"nvidia-smi GPU {fastest[2]}" in repr(mixed) and "fastest first" in repr(mixed)
+    assert "by PCI bus, as nvidia-smi does" in repr(by_bus)
+    assert "number unknown" in repr(parse("2,0", 8, device_order="FASTEST_FIRST"))
+    with pytest.raises(ValueError, match="CUDA_DEVICE_ORDER must be"):
+        parse("0", 8, device_order="pci_bus_id")
+    with pytest.raises(ValueError, match="exactly once"):
+        parse("0", 4, fastest_first=[0, 0, 1, 2])
+    with pytest.raises(ValueError, match="exactly once"):
+        parse("0", 4, fastest_first=[0, 1, 2])
+    with pytest.raises(ValueError, match="exactly once"):
+        parse("0", 2, fastest_first=[0, "1"])
+
+
+def test_a_uuid_selects_the_same_board_in_either_order():
+    """UUIDs name a board, not a position: the list is indexed by CUDA's numbers, which move."""
+    smi_uuids, fastest = example_uuids(8), example_fastest_first(8)
+    boards = set()
+    for order in (None, "PCI_BUS_ID"):
+        cuda_uuids = [smi_uuids[k] for k in cuda_numbering(8, order, fastest)]
+        v = parse_cuda_visible_devices(smi_uuids[5][:10], cuda_uuids, device_order=order, fastest_first=fastest)
+        boards.add(v.smi)
+    assert boards == {(5,)}
+
+
+def test_bus_ids_from_nvidia_smi_and_tensorflow_match():
+    assert normalise_bus_id("00000000:3B:00.0") == normalise_bus_id("0000:3b:00.0") == "0000:3b:00.0"
+    assert normalise_bus_id("00000001:AF:1F.7") != normalise_bus_id("0000:af:1f.7")
+    for bad in ("3b:00.0", "0000:zz:00.0", "", 5):
+        with pytest.raises(ValueError, match="PCI bus ID"):
+            normalise_bus_id(bad)
+
+
+def test_widget_order_toggle_moves_ordinals_not_uuids():
+    box = visibility_explorer(n_gpus=8, value="2,0")
+    fastest = example_fastest_first(8)
+    assert box.order.value == "FASTEST_FIRST" and "fastest first" in box.table.value
+    assert f"<td>GPU 2</td><td>GPU {fastest[2]}</td><td>/GPU:0</td>" in box.table.value
+    box.order.value = "PCI_BUS_ID"
+    assert "<td>GPU 2</td><td>GPU 2</td><td>/GPU:0</td>" in box.table.value and "by PCI bus" in box.table.value
+    box.text.value = example_uuids(8)[5][:10]
+    by_bus = box.table.value
+    box.order.value = "FASTEST_FIRST"
+    row = lambda html: [r for r in html.split("<tr") if "/GPU:0" in r][0]
+    assert "<td>GPU 5</td><td>/GPU:0</td>" in row(by_bus) and "<td>GPU 5</td><td>/GPU:0</td>" in row(box.table.value)
