@@ -5,8 +5,15 @@ Counted per device, in bytes:
 - gradients: one per trainable parameter;
 - optimizer slots: Adam keeps 2 per trainable parameter (momentum, velocity), RMSprop and SGD with
   momentum 1, plain SGD 0;
-- activations: every layer's output for the device's share of the batch, kept for the backward pass
-  (a lower bound: frameworks also keep some inputs and workspace, and free some outputs early).
+- activations: every layer's output for the device's share of the batch, counted as if all were
+  kept for the backward pass.
+
+An estimate, not a bound either way. Left out: the CUDA context, cuDNN's workspace, the
+temporaries of the backward pass and of the optimizer's update, the allocator's rounding, and the
+optimizer's scalar variables (a Keras 3 optimizer on TensorFlow has two: ``iteration``, int64, and
+``learning_rate``, float32: 12 bytes). Counted although not always kept: outputs the backward pass
+does not need (a Dense output that only feeds a ReLU layer, for one). So a real step can need more
+or less: ``measure_training_step`` asks TensorFlow's allocator.
 
 Strategies: ``"single"`` (one device holds everything), ``"data"`` (MirroredStrategy: every device
 holds the *whole* model, gradients and slots; the batch is split), ``"split"`` (consecutive layers
@@ -23,7 +30,7 @@ from typing import Any, Sequence
 from ._args import require_choice, require_int
 
 __all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "split_layers", "preset_profile",
-           "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile"]
+           "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "measure_training_step"]
 
 OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1, "sgd-momentum": 1, "sgd": 0}
 PRESETS = {
@@ -134,7 +141,8 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: str = "adam", str
     """Per-device bytes for parameters, gradients, optimizer slots and activations.
 
     ``model``: a built Keras model, or a profile (list of LayerStat, e.g. from ``preset_profile``).
-    ``batch_size`` is the global batch.
+    ``batch_size`` is the global batch. An estimate, not a lower or upper bound: see the module's
+    docstring for what it leaves out and what it counts that a real step may not keep.
     """
     func = "estimate_memory"
     batch_size = require_int(func, "batch_size", batch_size, minimum=1)
@@ -163,10 +171,42 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: str = "adam", str
         per_device = [usage(stats, s) for s in shares]
     assumptions = (
         f"{b}-byte values (float32); {slots} optimizer slot(s) per trainable parameter ({optimizer})",
-        "activations = every layer's output kept for backprop: a lower bound (no workspace, no fragmentation)",
+        "activations = every layer's output, as if all were kept for backprop; left out: CUDA context, "
+        "cuDNN workspace, backward and update temporaries, optimizer scalars: an estimate, not a bound",
         "data parallel: every device holds the whole model, its gradients and slots; batch split ceil(b/n)"
         if strategy == "data" else
         "split: consecutive layers per device, balanced by memory; each keeps its activations for the whole batch"
         if strategy == "split" else "single device: everything in one place",
     )
     return MemoryEstimate(strategy, devices, batch_size, optimizer, tuple(per_device), assumptions)
+
+
+def measure_training_step(model: Any, x: Any, y: Any) -> dict[str, int]:
+    """What one training step of a compiled Keras model really holds, by TensorFlow's allocator.
+
+    Runs ``train_on_batch(x, y)`` twice (the first builds and traces) and resets the allocator's
+    peak before the second. Returns, in bytes: ``variables`` (the model's and its optimizer's
+    variables, scalars included), ``step`` (the most the second step allocated on top of what was
+    held before it: gradients, kept outputs, temporaries) and ``total`` (their sum), to set
+    against ``estimate_memory(...).peak``. Pass ``x`` and ``y`` as tensors, so that the batch is
+    allocated before the step and counted in neither. Measured on the device of the model's first
+    variable (every logical CPU shares one allocator).
+    """
+    import math
+
+    import numpy as np
+    import tensorflow as tf
+
+    from .placement import short_device
+
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or not model.weights:
+        raise ValueError("measure_training_step: pass a built, compiled Keras model (model.compile(...)).")
+    model.train_on_batch(x, y)
+    device = short_device(getattr(model.weights[0], "value", model.weights[0]).device)
+    tf.config.experimental.reset_memory_stats(device)
+    before = tf.config.experimental.get_memory_info(device)["current"]
+    model.train_on_batch(x, y)
+    step = tf.config.experimental.get_memory_info(device)["peak"] - before
+    variables = sum(np.dtype(v.dtype).itemsize * math.prod(v.shape) for v in model.weights + optimizer.variables)
+    return {"variables": int(variables), "step": int(step), "total": int(variables + step)}

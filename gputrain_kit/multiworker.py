@@ -9,6 +9,14 @@ caller: on the first failure, on the time limit or on Ctrl-C, every worker's
 process group is killed (which frees its port) and the error names the worker
 and shows its last log lines.
 
+TensorFlow notices a dead worker by itself: ``MultiWorkerMirroredStrategy`` starts
+TensorFlow's coordination service, which aborts the other workers' collectives
+with ``UnavailableError`` ("The following tasks are unhealthy (stopped sending
+heartbeats)") once the dead worker's heartbeats are overdue, or sooner when a
+collective loses its connection to it; the strategy's own ``_check_health`` thread
+is switched off while the service runs. A worker that hangs still sends heartbeats:
+the others wait for it, and only ``timeout`` stops them.
+
 Inside a worker, ``report(name=value)`` sends JSON-able values back and
 ``worker_task()`` says which worker this is.
 """
@@ -315,7 +323,7 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
                          timeout: float = 120, hide_gpus: bool = True, ports: Sequence[int] | None = None,
                          env: Mapping[str, str] | None = None,
                          log: str | Callable[[int, str], None] | None = "stream",
-                         last_lines: int = 8) -> LocalRun:
+                         last_lines: int = 8, grace: float = 0) -> LocalRun:
     """Start ``workers`` processes that form one TensorFlow cluster on 127.0.0.1; return their results.
 
     - ``script_or_function``: a ``.py`` script (run as ``__main__`` with ``args``) or a top-level
@@ -327,8 +335,12 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
     - ``log="stream"`` prints every line as ``[worker i] ...`` while they run; a callable
       ``log(index, line)`` receives them instead; None keeps them (in the results) without printing.
     - ``timeout`` (seconds) bounds the whole run. On the first failure, the time limit or an
-      interrupt every worker is killed, then WorkerFailed / WorkerTimeout / PortInUseError is raised
-      naming the worker and showing its last ``last_lines`` log lines.
+      interrupt every worker is killed at once (the others are not left to run into TensorFlow's
+      own heartbeat check), then WorkerFailed / WorkerTimeout / PortInUseError is raised naming the
+      worker and showing its last ``last_lines`` log lines.
+    - ``grace`` (seconds, default 0): after the first failure, how long the other workers may run on
+      before they are stopped, so that what TensorFlow does about the failure reaches their logs
+      (the error's ``.logs``). They are stopped as soon as they have all ended, within ``timeout``.
     """
     func = "launch_local_workers"
     workers = require_int(func, "workers", workers, minimum=1, maximum=16)
@@ -336,6 +348,8 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
     last_lines = require_int(func, "last_lines", last_lines, minimum=1, maximum=200)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"{func}: timeout must be a positive number of seconds, got {timeout!r}.")
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not grace >= 0:
+        raise ValueError(f"{func}: grace must be a number of seconds, 0 or more, got {grace!r}.")
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise ValueError(f"{func}: kwargs must be a dict of keyword arguments, got {type(kwargs).__name__}.")
     if isinstance(args, str) or not isinstance(args, Sequence):
@@ -378,7 +392,7 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
     for attempt in range(3):
         chosen = list(ports) if ports is not None else free_ports(workers)
         try:
-            return _run_cluster(payload, workers, chosen, base_env, emit, timeout, last_lines)
+            return _run_cluster(payload, workers, chosen, base_env, emit, timeout, last_lines, grace)
         except PortInUseError as err:
             # A port the kit picked was taken before TensorFlow bound it: pick new ones (twice at most).
             if ports is not None or not err.pids or attempt == 2:
@@ -387,7 +401,8 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
 
 
 def _run_cluster(payload: dict[str, Any], workers: int, ports: list[int], base_env: dict[str, str],
-                 emit: Callable[[int, str], None] | None, timeout: float, last_lines: int) -> LocalRun:
+                 emit: Callable[[int, str], None] | None, timeout: float, last_lines: int,
+                 grace: float = 0) -> LocalRun:
     """One launch of the cluster on ``ports``; arguments already checked by launch_local_workers."""
     addresses = [f"{_HOST}:{p}" for p in ports]
     cluster = {"worker": addresses}
@@ -478,19 +493,26 @@ def _run_cluster(payload: dict[str, Any], workers: int, ports: list[int], base_e
                                   ("\n".join(f"  {line}" for line in tail(i)) or "  (no output)") for i in still)
                 raise WorkerTimeout(
                     f"the workers did not finish within {timeout:g} s: worker(s) {still} were still running "
-                    f"and all {workers} were stopped. A worker waiting for a peer that died or never started "
-                    f"hangs in its first collective; raise timeout= if the job is just slow.\n{shown}",
+                    f"and all {workers} were stopped. Raise timeout= if the job is just slow; otherwise the "
+                    f"last lines below show what each worker did last.\n{shown}",
                     worker=still[0], last_lines=tail(still[0]), pids=pids, ports=ports, logs=logs)
         if failed is not None:
             # Let the failing worker's last words arrive before the others are stopped.
             code = procs[failed].returncode
             pump(time.monotonic() + 2, lambda: failed not in open_streams)
             others = [i for i in range(workers) if i != failed]
+            if grace and others:         # let the others meet the failure on their own
+                pump(min(time.monotonic() + grace, deadline), lambda: all(p.poll() is not None for p in procs))
+            ended = [i for i in others if grace and procs[i].poll() is not None]
+            still = [i for i in others if i not in ended]
             stop_all()
             drain(time.monotonic() + 2)
             lines = tail(failed)
             shown = "\n".join(f"  {line}" for line in lines) or "  (no output)"
-            stopped = f" The other worker(s) {others} were stopped." if others else ""
+            stopped = f" The other worker(s) {still} were stopped." if still else ""
+            if ended:
+                stopped += (f" Worker(s) {ended} ended on their own during the {grace:g}-second grace period "
+                            f"({', '.join(_exit_text(procs[i].returncode) for i in ended)}); their logs are in .logs.")
             error, why = WorkerFailed, ""
             if any(marker in line for line in logs[failed] for marker in _PORT_CLASH):
                 error = PortInUseError

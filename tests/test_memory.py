@@ -89,6 +89,99 @@ def test_estimate_equals_real_variables_single_data_and_split():
         assert out["split"][index] == {f"CPU:{i}": out["split_est"][i][index] for i in range(3)}
 
 
+def test_optimizer_scalars_are_an_int64_counter_and_a_float32_learning_rate_left_out():
+    """Notebook 03's comment: Adam's and SGD's scalar variables, their dtypes, 12 bytes, not estimated."""
+    proc = run_python("""
+        import json, numpy as np, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras
+        out = {}
+        for name in ("adam", "sgd"):
+            model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+            optimizer = keras.optimizers.get(name)
+            optimizer.build(model.trainable_variables)
+            nbytes = lambda v: np.dtype(v.dtype).itemsize * int(np.prod(v.shape))
+            out[name] = {"scalars": [[v.name, v.dtype, nbytes(v)] for v in optimizer.variables if len(v.shape) == 0],
+                         "slots": sum(nbytes(v) for v in optimizer.variables if len(v.shape) > 0),
+                         "estimated": kit.estimate_memory(model, batch_size=1, optimizer=name).per_device[0]["optimizer"]}
+        print(json.dumps(out))
+    """)
+    out = last_json(proc)
+    for name in ("adam", "sgd"):
+        assert out[name]["scalars"] == [["iteration", "int64", 8], ["learning_rate", "float32", 4]]
+        assert out[name]["estimated"] == out[name]["slots"]       # the 12 bytes of scalars are left out
+    assert out["adam"]["slots"] == 2 * 4 * (8 * 4 + 4) and out["sgd"]["slots"] == 0
+
+
+def test_estimate_is_not_a_bound_either_way():
+    """Notebook 03's comparison with TensorFlow's allocator: one real step needs more than the estimate
+    (Adam's update temporaries), another less (outputs the backward pass does not keep)."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=1)
+        import tensorflow as tf, keras
+        from gputrain_kit.memory import measure_training_step
+        def stack(split):
+            layers = [l for _ in range(16) for l in ((keras.layers.Dense(128), keras.layers.Activation("relu"))
+                                                      if split else (keras.layers.Dense(128, activation="relu"),))]
+            return keras.Sequential([keras.Input((128,))] + layers)
+        cases = {"wide sgd": (keras.Sequential([keras.Input((2048,)), keras.layers.Dense(2048)]), "sgd", 8),
+                 "wide adam": (keras.Sequential([keras.Input((2048,)), keras.layers.Dense(2048)]), "adam", 8),
+                 "dense+relu layers": (stack(True), "adam", 8192), "dense(relu)": (stack(False), "adam", 8192)}
+        out = {}
+        for name, (net, opt, batch) in cases.items():
+            net.compile(keras.optimizers.get(opt), "mse")
+            x, y = tf.ones((batch, net.inputs[0].shape[1])), tf.ones((batch, net.outputs[0].shape[1]))
+            out[name] = {"measured": measure_training_step(net, x, y),
+                         "estimated": kit.estimate_memory(net, batch_size=batch, optimizer=opt).peak}
+        print(json.dumps(out))
+    """)
+    out = last_json(proc)
+    ratio = {name: case["measured"]["total"] / case["estimated"] for name, case in out.items()}
+    assert 0.95 < ratio["wide sgd"] < 1.05                  # parameters + gradients: what the estimate counts
+    assert ratio["wide adam"] > 1.3                         # above the estimate: not an upper bound
+    assert ratio["dense+relu layers"] < 0.8                 # below the estimate: not a lower bound
+    split, fused = out["dense+relu layers"], out["dense(relu)"]
+    assert split["estimated"] > 1.8 * fused["estimated"]                 # counted twice as many outputs...
+    assert abs(split["measured"]["total"] / fused["measured"]["total"] - 1) < 0.15   # ...kept about the same
+    for case in out.values():
+        measured = case["measured"]
+        assert measured["total"] == measured["variables"] + measured["step"] and measured["step"] > 0
+
+
+def test_measure_training_step_needs_a_compiled_model():
+    proc = run_python("""
+        import gputrain_kit as kit
+        kit.setup(devices=1)
+        import tensorflow as tf, keras
+        from gputrain_kit.memory import measure_training_step
+        try:
+            measure_training_step(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]), tf.ones((2, 4)),
+                                  tf.ones((2, 2)))
+        except ValueError as err:
+            print(err)
+    """)
+    assert "pass a built, compiled Keras model" in proc.stdout
+
+
+def test_data_parallel_divides_activations_only_at_a_fixed_global_batch():
+    """Notebook 03, section 4: InceptionV3 at 96 fits 12 GB cards 4-way data parallel, not with the
+    batch multiplied by the device count; the dense stack's model state is on every device at any batch."""
+    inception = preset_profile("inception_v3")
+    single = estimate_memory(inception, batch_size=96)
+    same_global = estimate_memory(inception, batch_size=96, strategy="data", devices=4)
+    times_four = estimate_memory(inception, batch_size=4 * 96, strategy="data", devices=4)
+    assert not single.fits(12) and same_global.fits(12) and not times_four.fits(12)
+    assert times_four.per_device[0] == single.per_device[0]              # batch_size*G: nothing shrinks
+    state = lambda d: d["parameters"] + d["gradients"] + d["optimizer"]
+    assert round(state(single.per_device[0]) / 1e9, 2) == 0.38
+    assert single.per_device[0]["activations"] > 30 * state(single.per_device[0])
+    stack = preset_profile("dense_stack")
+    states = {state(d) for b in (32, 128) for d in estimate_memory(stack, batch_size=b, strategy="data", devices=4).per_device}
+    assert len(states) == 1 and states.pop() > 24e9
+    assert estimate_memory(stack, batch_size=32, strategy="split", devices=4).fits(12)
+
+
 def test_dense_stack_profile_matches_a_built_model():
     proc = run_python("""
         import json, gputrain_kit as kit

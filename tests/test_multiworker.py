@@ -74,7 +74,8 @@ def train(steps=12, global_batch=32, crash_at=None, checkpoint_dir=None):
             "first": first, "weights": weights}
 
 
-def fit_under_mwms():
+def fit_under_mwms(backup_dir):
+    import os
     import numpy as np
     import tensorflow as tf
     import keras
@@ -92,11 +93,24 @@ def fit_under_mwms():
         out["keras3"] = "trained"
     except ValueError as err:
         out["keras3"] = str(err)
-    with strategy.scope():
-        legacy = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(2, activation="softmax")])
-        legacy.compile("sgd", "sparse_categorical_crossentropy")
-    out["tf_keras"] = legacy.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(32), epochs=1,
-                                 verbose=0).history["loss"]
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+
+    def legacy_model():
+        tf_keras.utils.set_random_seed(0)
+        with strategy.scope():
+            legacy = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(2, activation="softmax")])
+            legacy.compile("sgd", "sparse_categorical_crossentropy")
+        return legacy
+
+    out["tf_keras"] = legacy_model().fit(data, epochs=3, verbose=0).history["loss"]      # uninterrupted
+    backup = tf_keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)
+    out["backed_up"] = legacy_model().fit(data, epochs=2, verbose=0, callbacks=[backup]).history["loss"]
+    out["folder"] = sorted(os.listdir(backup_dir))
+    with strategy.scope():                  # the relaunch: other initial weights, the same folder
+        again = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(2, activation="softmax")])
+        again.compile("sgd", "sparse_categorical_crossentropy")
+    history = again.fit(data, epochs=3, verbose=0, callbacks=[backup])
+    out["relaunch"] = {"epochs": history.epoch, "loss": history.history["loss"]}
     return out
 
 
@@ -128,14 +142,25 @@ def test_two_workers_train_and_agree_within_60_s():
     assert run.cluster["worker"] == [f"127.0.0.1:{w.port}" for w in run]
 
 
-def test_keras3_fit_fails_under_mwms_and_tf_keras_fit_works():
-    """keras-team/keras#20585 on the installed versions: when this fails, Keras fixed it; update 07."""
-    run = mw.launch_local_workers(fit_under_mwms, 2, log=None, timeout=90, env={"TF_USE_LEGACY_KERAS": "1"})
+def test_keras3_fit_fails_under_mwms_and_tf_keras_fit_works(tmp_path):
+    """keras-team/keras#20585 on the installed versions: when this fails, Keras fixed it; update 07.
+
+    Also notebook 07's BackupAndRestore claims: every worker gets the same folder, only the chief's
+    backup stays in it, and a relaunched fit (new weights, same folder) restores the backup and runs
+    only the epochs left, ending where an uninterrupted fit ends.
+    """
+    run = mw.launch_local_workers(fit_under_mwms, 2, log=None, timeout=120, env={"TF_USE_LEGACY_KERAS": "1"},
+                                  kwargs={"backup_dir": str(tmp_path)})
     for result in run.results:
         assert result["keras3"].startswith("Attempt to convert a value (PerReplica"), result["keras3"][:300]
         assert result["tf.keras"] == "tf_keras"
         assert np.isfinite(result["tf_keras"]).all()
+        assert result["backed_up"] == pytest.approx(result["tf_keras"][:2], rel=1e-6)
+        assert result["relaunch"]["epochs"] == [2]
+        assert result["relaunch"]["loss"] == pytest.approx(result["tf_keras"][2:], rel=1e-5)
     assert run.results[0]["tf_keras"] == run.results[1]["tf_keras"]
+    assert sorted(os.listdir(tmp_path)) == ["chief"]
+    assert any(name.endswith(".index") for name in os.listdir(tmp_path / "chief"))
 
 
 def test_crash_is_reported_no_process_left_and_resume_matches(tmp_path):
@@ -161,6 +186,110 @@ def test_hung_worker_times_out_and_everything_is_stopped():
     assert time.monotonic() - started < 25
     err = info.value
     assert "within 12 s" in str(err) and "about to hang" in str(err)
+    assert "[0, 1] were still running" in str(err) and "Raise timeout= if the job is just slow" in str(err)
+    assert mw.running(err.pids) == []
+
+
+def test_a_short_timeout_on_sleeping_workers_as_notebook_07_shows():
+    started = time.monotonic()
+    with pytest.raises(mw.WorkerTimeout) as info:
+        mw.launch_local_workers(sleeper_quiet, 2, log=None, timeout=2)
+    assert time.monotonic() - started < 15
+    err = info.value
+    assert str(err).startswith("the workers did not finish within 2 s: worker(s) [0, 1] were still running")
+    assert str(err).count("  (no output)") == 2
+    assert mw.running(err.pids) == []
+
+
+def sleeper_quiet():
+    import time
+    time.sleep(3600)
+
+
+def dies_after_one_all_reduce():
+    """Notebook 07's survivor: worker 1 dies abruptly after one all-reduce, worker 0 tries the next."""
+    import os
+    import tensorflow as tf
+    from tensorflow.python.eager import context
+    from gputrain_kit.multiworker import worker_task
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    print("strategy's own health-check thread:", strategy.extended._enable_check_health, flush=True)
+    print("coordination service:", context.context().coordination_service.service_type, flush=True)
+
+    @tf.function
+    def all_reduce():
+        return strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+    all_reduce()
+    if worker_task().index == 1:
+        os._exit(1)
+    all_reduce()
+
+
+def test_a_dead_worker_is_found_by_the_coordination_service_heartbeats():
+    """MWMS configures TensorFlow's coordination service (and then switches its own _check_health
+    thread off); the service aborts the survivors' collectives when heartbeats stop."""
+    started = time.monotonic()
+    with pytest.raises(mw.WorkerFailed) as info:
+        mw.launch_local_workers(dies_after_one_all_reduce, 2, log=None, grace=60, timeout=120)
+    err = info.value
+    assert err.worker == 1 and "exit status 1" in str(err)
+    assert "Worker(s) [0] ended on their own during the 60-second grace period (exit status 1)" in str(err)
+    assert time.monotonic() - started < 60          # worker 0 did not wait for the whole grace period
+    survivor = err.logs[0]
+    assert "strategy's own health-check thread: False" in survivor
+    assert "coordination service: standalone" in survivor
+    assert any(line.startswith("tensorflow.python.framework.errors_impl.UnavailableError") for line in survivor)
+    first = next(i for i, line in enumerate(survivor) if line.startswith("Collective ops is aborted"))
+    assert survivor[first:first + 4] == [
+        "Collective ops is aborted by: Error reported from /job:worker/task:1: The following tasks are "
+        "unhealthy (stopped sending heartbeats):",
+        "/job:worker/replica:0/task:1",
+        "The tasks have crashed. Check the task logs for an earlier error, or scheduler events (e.g. "
+        "preemption, eviction) to debug further.",
+        "The error could be from a previous operation. Restart your program to reset."]
+    assert mw.running(err.pids) == []
+
+
+def test_a_crash_in_training_aborts_the_survivors_collective_too(tmp_path):
+    """Notebook 07's crash with grace: worker 0 gets TensorFlow's UnavailableError rather than waiting."""
+    with pytest.raises(mw.WorkerFailed) as info:
+        mw.launch_local_workers(train, 2, log=None, grace=60, timeout=120,
+                                kwargs={"crash_at": 6, "checkpoint_dir": str(tmp_path)})
+    err = info.value
+    assert err.worker == 1 and "planned crash of worker 1 at step 6" in str(err)
+    assert "Worker(s) [0] ended on their own" in str(err)
+    assert any(line.startswith("tensorflow.python.framework.errors_impl.UnavailableError") for line in err.logs[0])
+    assert any("Collective ops is aborted by" in line for line in err.logs[0])
+
+
+def hangs_after_one_all_reduce():
+    import time
+    import tensorflow as tf
+    from gputrain_kit.multiworker import worker_task
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+
+    @tf.function
+    def all_reduce():
+        return strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+
+    all_reduce()
+    if worker_task().index == 1:
+        time.sleep(3600)                      # alive, so its heartbeats go on
+    print("waiting in the next all-reduce", flush=True)
+    all_reduce()
+    print("the next all-reduce finished", flush=True)
+
+
+def test_a_hung_worker_is_not_found_by_heartbeats_only_the_timeout_stops_it():
+    with pytest.raises(mw.WorkerTimeout) as info:
+        mw.launch_local_workers(hangs_after_one_all_reduce, 2, log=None, timeout=35)
+    err = info.value
+    assert "[0, 1] were still running" in str(err)
+    waiting = err.logs[0].index("waiting in the next all-reduce")   # reached well before the time limit
+    assert not any("aborted" in line or "Error" in line for line in err.logs[0][waiting:])
     assert mw.running(err.pids) == []
 
 
@@ -244,16 +373,39 @@ def test_logs_stream_with_worker_prefix_and_scripts_report(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- real-cluster helpers
-def test_slurm_cluster_resolver_builds_the_cluster_from_slurm_variables():
+def test_slurm_cluster_resolver_sets_cuda_visible_devices_in_cluster_spec():
+    """Notebook 07's Slurm cell: creating the resolver leaves CUDA_VISIBLE_DEVICES alone, cluster_spec()
+    sets it to this task's GPUs, and mock.patch.dict restores the environment."""
     proc = run_python("""
-        import json, os, tensorflow as tf
-        r = tf.distribute.cluster_resolver.SlurmClusterResolver(port_base=12345, gpus_per_node=4, gpus_per_task=4)
-        print(json.dumps({"cluster": r.cluster_spec().as_dict(), "task": list(r.get_task_info()),
-                          "gpus": os.environ["CUDA_VISIBLE_DEVICES"]}))
-        """, env={"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NODELIST": "gpu-[07-08]",
-                  "SLURM_STEP_TASKS_PER_NODE": "1(x2)", "TF_CPP_MIN_LOG_LEVEL": "3"})
+        import json, os
+        from unittest import mock
+        import tensorflow as tf
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        out = {}
+        for rank in ("0", "1", "2", "3"):
+            with mock.patch.dict(os.environ, {"SLURM_PROCID": rank}):
+                r = tf.distribute.cluster_resolver.SlurmClusterResolver(port_base=12345, gpus_per_node=4,
+                                                                       gpus_per_task=2)
+                created = os.environ.get("CUDA_VISIBLE_DEVICES")
+                cluster = r.cluster_spec().as_dict()
+                out[rank] = {"after_init": created, "cluster": cluster, "task": list(r.get_task_info()),
+                             "gpus": os.environ["CUDA_VISIBLE_DEVICES"]}
+        out["after_block"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+        print(json.dumps(out))
+        """, env={"SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NODELIST": "gpu-[07-08]",
+                  "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "TF_CPP_MIN_LOG_LEVEL": "3"})
     got = last_json(proc)
-    assert got == {"cluster": {"worker": ["gpu-07:12345", "gpu-08:12345"]}, "task": ["worker", 1], "gpus": "0,1,2,3"}
+    cluster = {"worker": ["gpu-07:12345", "gpu-07:12346", "gpu-08:12345", "gpu-08:12346"]}
+    for rank, gpus in (("0", "0,1"), ("1", "2,3"), ("2", "0,1"), ("3", "2,3")):
+        assert got[rank] == {"after_init": None, "cluster": cluster, "task": ["worker", int(rank)], "gpus": gpus}
+    assert got["after_block"] is None
+
+
+def test_compute_average_loss_divides_by_the_global_batch():
+    import tensorflow as tf
+    losses = tf.constant([1.0, 2.0, 3.0, 4.0])
+    assert float(tf.nn.compute_average_loss(losses, global_batch_size=64)) == pytest.approx(10 / 64)
+    assert float(tf.nn.compute_average_loss(losses, global_batch_size=8)) == pytest.approx(10 / 8)
 
 
 def test_input_context_needs_a_global_batch_divisible_by_all_replicas():
@@ -299,6 +451,7 @@ def test_tf_config_and_worker_task(monkeypatch):
     (lambda: mw.launch_local_workers("no_such_script.py"), "not an existing .py script"),
     (lambda: mw.launch_local_workers(train, kwargs={"steps": object()}), "JSON-able"),
     (lambda: mw.launch_local_workers(train, timeout=0), "positive number of seconds"),
+    (lambda: mw.launch_local_workers(train, grace=-1), "grace must be a number of seconds, 0 or more"),
     (lambda: mw.launch_local_workers(train, log="loud"), "log must be"),
     (lambda: mw.launch_local_workers(train, ports=[30000]), "2 distinct port numbers"),
     (lambda: mw.launch_local_workers(train, ports=[80, 81]), "at least 1024"),

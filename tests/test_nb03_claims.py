@@ -36,6 +36,41 @@ def test_construction_time_placement_pins_variables_not_computation_and_call_pla
     assert out["acc"] > 0.5
 
 
+def test_graph_mode_keeps_the_device_scope_an_op_was_built_in():
+    """TF1-style graph: an op built under tf.device requests that device (what multi_gpu_model relied on);
+    the Keras 3 re-trace in the test above requests none."""
+    import tensorflow as tf
+    from gputrain_kit.placement import short_device
+    with tf.Graph().as_default(), tf.device("/device:CPU:1"):
+        product = tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
+    assert short_device(product.op.device) == "CPU:1"
+    with tf.Graph().as_default():
+        unpinned = tf.matmul(tf.ones((2, 2)), tf.ones((2, 2)))
+    assert unpinned.op.device == ""
+
+
+def test_mirrored_strategy_keeps_the_whole_model_state_on_every_device():
+    """Notebook 03, section 4: the digits model under a 4-device MirroredStrategy, bytes per device."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=4)
+        import tensorflow as tf
+        from gputrain_kit.placement import short_device
+        strategy = tf.distribute.MirroredStrategy(kit.device_names(4))
+        with strategy.scope():
+            m = kit.training.build_digits_model()
+            m.optimizer.build(m.trainable_variables)
+        held = {}
+        for v in m.weights + [v for v in m.optimizer.variables if len(v.shape) > 0]:
+            for c in strategy.experimental_local_results(v.value):
+                held[short_device(c.device)] = held.get(short_device(c.device), 0) + c.numpy().nbytes
+        single = kit.estimate_memory(kit.training.build_digits_model(), batch_size=1).per_device[0]
+        print(json.dumps({"held": held, "state": single["parameters"] + single["optimizer"]}))
+    """)
+    out = last_json(proc)
+    assert out["held"] == {f"CPU:{i}": out["state"] for i in range(4)}
+
+
 def test_keras_distribution_on_tensorflow_runs_but_does_not_shard():
     proc = run_python("""
         import json, numpy as np, gputrain_kit as kit
