@@ -28,7 +28,8 @@ from typing import Any, Callable, Iterable
 from ._args import require_choice, require_int
 from .processes import child_environment
 
-__all__ = ["MODELS", "BN_SETTINGS", "BATCHINGS", "DEFAULT_CASES", "CaseResult", "Matrix", "run_cases"]
+__all__ = ["MODELS", "BN_SETTINGS", "BATCHINGS", "DEFAULT_CASES", "CaseResult", "Matrix", "run_cases", "start_cases",
+           "PendingCases"]
 
 MODELS = ("dense", "conv")
 BN_SETTINGS = ("no BN", "scale=False", "scale=True", "synchronized")
@@ -176,22 +177,24 @@ def _classify(raw: dict[str, Any]) -> CaseResult:
                       raw["nan_rows"], raw["later_fit"])
 
 
+def _check(func: str, cases: Iterable[tuple[str, str, str]] | None, epochs: Any, processes: Any):
+    cases = [tuple(c) for c in (DEFAULT_CASES if cases is None else cases)]
+    for case in cases:
+        if len(case) != 3:
+            raise ValueError(f"{func}: each case is (model, bn, batching), got {case!r}.")
+        require_choice(func, "model", case[0], MODELS)
+        require_choice(func, "bn", case[1], BN_SETTINGS)
+        require_choice(func, "batching", case[2], BATCHINGS)
+    return (cases, require_int(func, "epochs", epochs, minimum=1),
+            require_int(func, "processes", processes, minimum=1))
+
+
 def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: int = 2, processes: int = 2,
               timeout: float = 300, on_result: Callable[[CaseResult, int, int], None] | None = None) -> Matrix:
     """Run BatchNorm cases, each a (model, bn, batching) from MODELS x BN_SETTINGS x BATCHINGS (default:
     DEFAULT_CASES, 9), in up to ``processes`` child processes at a time. ``on_result(result, done, total)`` is called
     as each case finishes (for a progress bar). Results come back in the order of ``cases``."""
-    if cases is None:
-        cases = DEFAULT_CASES
-    cases = [tuple(c) for c in cases]
-    for case in cases:
-        if len(case) != 3:
-            raise ValueError(f"run_cases: each case is (model, bn, batching), got {case!r}.")
-        require_choice("run_cases", "model", case[0], MODELS)
-        require_choice("run_cases", "bn", case[1], BN_SETTINGS)
-        require_choice("run_cases", "batching", case[2], BATCHINGS)
-    epochs = require_int("run_cases", "epochs", epochs, minimum=1)
-    processes = require_int("run_cases", "processes", processes, minimum=1)
+    cases, epochs, processes = _check("run_cases", cases, epochs, processes)
     # Likely crashes last: a crash ends its child, and every case after it needs a fresh one.
     order = sorted(cases, key=lambda c: (c[2] == "last step empty", c[0] == "conv", c[1] == "synchronized"))
     queues = [order[i::processes] for i in range(processes)]
@@ -236,3 +239,55 @@ def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: in
     if failures:
         raise RuntimeError("run_cases: " + "\n".join(failures))
     return Matrix(tuple(results[c] for c in cases))
+
+
+class PendingCases:
+    """Cases running in the background (``start_cases``): ``.result()`` waits for the Matrix,
+    ``.progress_bar()`` is a widget that follows the cases as they finish."""
+
+    def __init__(self, cases: list[tuple[str, str, str]], epochs: int, processes: int, timeout: float):
+        self.total, self.done = len(cases), 0
+        self._bars: list[Any] = []
+        self._matrix: Matrix | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(cases, epochs, processes, timeout), daemon=True)
+        self._thread.start()
+
+    def _run(self, cases, epochs, processes, timeout) -> None:
+        try:
+            self._matrix = run_cases(cases, epochs=epochs, processes=processes, timeout=timeout,
+                                     on_result=self._advance)
+        except BaseException as err:   # handed to the caller of result()
+            self._error = err
+
+    def _advance(self, result: CaseResult, done: int, total: int) -> None:
+        self.done = done
+        for bar in self._bars:
+            bar.value = done
+
+    def progress_bar(self):
+        """An ipywidgets IntProgress showing how many cases have finished."""
+        import ipywidgets as widgets
+
+        bar = widgets.IntProgress(value=self.done, min=0, max=self.total, description="cases run")
+        self._bars.append(bar)
+        return bar
+
+    def result(self, timeout: float | None = None) -> Matrix:
+        """Wait for every case (at most ``timeout`` seconds) and return the Matrix."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"PendingCases.result: {self.total - self.done} case(s) still running after "
+                               f"{timeout} s; call result() again to keep waiting.")
+        if self._error is not None:
+            raise self._error
+        assert self._matrix is not None
+        return self._matrix
+
+
+def start_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: int = 2, processes: int = 2,
+                timeout: float = 300) -> PendingCases:
+    """Like ``run_cases``, but in the background: returns at once (arguments checked first), so a notebook
+    can go on while the child processes train."""
+    cases, epochs, processes = _check("start_cases", cases, epochs, processes)
+    return PendingCases(cases, epochs, processes, timeout)

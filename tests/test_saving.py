@@ -1,4 +1,5 @@
-"""save_verified / load_verified, and every behaviour notebook 04 shows, on the installed versions."""
+"""save_verified / load_verified and notebook 04's traps on the installed versions; the rest of the
+notebook's claims (file keys, failed saves, HDF5 string types, reshuffle on restart): test_nb04_claims.py."""
 from __future__ import annotations
 
 import os
