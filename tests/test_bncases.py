@@ -93,3 +93,15 @@ def test_run_cases_rejects_bad_cases():
         bncases.run_cases([("cnn", "scale=False", "drop_remainder")])
     with pytest.raises(ValueError, match=r"each case is \(model, bn, batching\)"):
         bncases.run_cases([("dense", "scale=False")])
+
+
+def test_start_cases_checks_at_once_and_runs_in_the_background():
+    with pytest.raises(ValueError, match="start_cases: bn must be one of"):
+        bncases.start_cases([("dense", "batchnorm", "drop_remainder")])
+    pending = bncases.start_cases([("dense", "no BN", "drop_remainder")], processes=1)
+    bar = pending.progress_bar()
+    assert bar.max == 1
+    with pytest.raises(TimeoutError, match="still running"):
+        pending.result(timeout=0.01)
+    matrix = pending.result(timeout=300)
+    assert [r.outcome for r in matrix.results] == ["healthy"] and bar.value == 1 and pending.done == 1
