@@ -91,9 +91,12 @@ class Matrix:
 _CHILD = r'''
 import json, os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tensorflow as tf
+# One inter-op thread: ops run in one order, so a crash reports the same failing op every run.
+tf.config.threading.set_inter_op_parallelism_threads(1)
 import gputrain_kit as kit
 kit.setup(devices=4)
-import keras, numpy as np, tensorflow as tf
+import keras, numpy as np
 from gputrain_kit.errors import error_summary
 from gputrain_kit.replicas import replica_report
 
