@@ -1,0 +1,22 @@
+"""Exercise checks: ``gputrain_kit.check.<exercise>(answer)`` says whether an answer is right.
+
+Each check returns a ``Verdict`` (truthy when correct) whose repr is one plain sentence: correct; not a
+form the check reads (and which form to give); or wrong, with a hint that does not give the answer away.
+``...`` means "not answered yet". Answers are read in any equivalent form (``_common``): NumPy scalars,
+numeric strings, fractions such as '3/11', tuples or arrays for lists. One module per notebook.
+"""
+from __future__ import annotations
+
+from ._common import Verdict, as_bool, as_choice, as_int, as_int_list, as_number
+from .nb00 import *  # noqa: F401,F403
+from .nb01 import *  # noqa: F401,F403
+from .nb02 import *  # noqa: F401,F403
+from .nb03 import *  # noqa: F401,F403
+from .nb04 import *  # noqa: F401,F403
+from .nb05 import *  # noqa: F401,F403
+from .nb06 import *  # noqa: F401,F403
+from .nb07 import *  # noqa: F401,F403
+from .nb07 import NB07_HOSTS
+
+__all__ = ["Verdict", "as_bool", "as_choice", "as_int", "as_int_list", "as_number", "NB07_HOSTS"] + sorted(
+    name for name in globals() if name.startswith("nb0") and callable(globals()[name]))

@@ -1,0 +1,117 @@
+"""What every exercise check shares: the Verdict, and answers read in any equivalent form.
+
+A learner may answer ``0.27``, ``np.float32(0.27)``, ``"0.27"`` or ``"3/11"``; a list as a tuple, a NumPy
+array or ``"[6, 7]"``. The readers below accept those forms and return None for anything else, so a check
+can say *which form* it wants instead of calling a right value wrong.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Iterable
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.correct
+
+    def __repr__(self) -> str:
+        return self.message
+
+
+def verdict(answer: Any, correct: bool, right: str, hint: str, *, form: str | None = None) -> Verdict:
+    """Not answered / correct / wrong form (``form`` says what to give) / wrong value (``hint``)."""
+    if answer is Ellipsis:
+        return Verdict(False, "Not answered yet: replace ... with your answer and run the cell again.")
+    if correct:
+        return Verdict(True, f"Correct. {right}")
+    if form is not None:
+        return Verdict(False, f"Not a form this check reads: got {_short(answer)}. {form}")
+    return Verdict(False, f"Not yet. {hint}")
+
+
+def _short(answer: Any, limit: int = 60) -> str:
+    text = repr(answer)
+    return text if len(text) <= limit else text[:limit - 4] + " ..."
+
+
+def as_number(answer: Any) -> float | None:
+    """A real number from an int, float, NumPy scalar or 0-d array, Fraction, or a string such as
+    '0.27', '27%' or '3/11'; None otherwise (booleans are not numbers here)."""
+    if isinstance(answer, bool) or answer is Ellipsis:
+        return None
+    if isinstance(answer, numbers.Real):
+        return float(answer)
+    if hasattr(answer, "shape") and getattr(answer, "shape", None) == () and hasattr(answer, "item"):
+        return as_number(answer.item())
+    if isinstance(answer, str):
+        text = answer.strip().replace("_", "")
+        try:
+            if text.endswith("%"):
+                return float(text[:-1]) / 100
+            return float(Fraction(text.replace(" ", "")))
+        except (ValueError, ZeroDivisionError):
+            return None
+    return None
+
+
+def as_int(answer: Any) -> int | None:
+    """A whole number from any form ``as_number`` reads (7, 7.0, np.int64(7), '7'); None otherwise."""
+    value = as_number(answer)
+    return int(value) if value is not None and float(value).is_integer() else None
+
+
+def as_int_list(answer: Any) -> list[int] | None:
+    """A list of whole numbers from a list, tuple, set, NumPy array or a string like '[6, 7]' or '6, 7'."""
+    if isinstance(answer, str):
+        text = answer.strip().strip("[]()")
+        items: Iterable[Any] = [t for t in text.replace(",", " ").split()] if text else []
+    elif hasattr(answer, "tolist") and not isinstance(answer, (str, bytes)):
+        items = answer.tolist()
+        if not isinstance(items, list):
+            return None
+    elif isinstance(answer, (list, tuple, set, frozenset)):
+        items = sorted(answer) if isinstance(answer, (set, frozenset)) else answer
+    else:
+        return None
+    values = [as_int(item) for item in items]
+    return None if any(v is None for v in values) else values
+
+
+def as_choice(answer: Any, choices: Iterable[str]) -> str | None:
+    """One of ``choices`` from a string, ignoring case, spaces and quotes ('B', ' b ', "'b'"); None otherwise."""
+    if not isinstance(answer, str):
+        return None
+    text = answer.strip().strip("'\"").strip().lower()
+    for choice in choices:
+        if text == choice.lower():
+            return choice
+    return None
+
+
+def as_bool(answer: Any) -> bool | None:
+    """True/False from a bool, NumPy bool, or 'true'/'false'/'yes'/'no'; None otherwise."""
+    if isinstance(answer, bool):
+        return answer
+    if type(answer).__name__ in ("bool_", "bool") and hasattr(answer, "item"):
+        return bool(answer.item())
+    if isinstance(answer, str):
+        text = answer.strip().lower()
+        if text in ("true", "yes"):
+            return True
+        if text in ("false", "no"):
+            return False
+    return None
+
+
+def norm_device(name: str) -> str:
+    name = name.strip().lower()
+    for prefix in ("/device:", "/job:localhost/replica:0/task:0/device:"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name.lstrip("/")

@@ -1,0 +1,40 @@
+"""Exercise checks of notebook 02."""
+from __future__ import annotations
+
+from typing import Any
+
+from ._common import Verdict, as_int, as_int_list, verdict
+
+_NUMBER = "Give a whole number, e.g. 32."
+
+
+def nb02_per_replica(answer: Any) -> Verdict:
+    """Global batch 256 on 4 GPUs: how many samples does each replica get per step?"""
+    from ..batching import split_batch
+
+    right = split_batch(256, 4)[0]
+    value = as_int(answer)
+    return verdict(answer, value == right, f"{right}: the global batch is split across the replicas.",
+                   "Global batch = per-replica batch x replicas.", form=None if value is not None else _NUMBER)
+
+
+def nb02_steps_per_epoch(answer: Any) -> Verdict:
+    """1438 training samples, global batch 256, 4 replicas: how many steps in one epoch (no drop_remainder)?"""
+    from ..batching import plan_batches
+
+    right = len(plan_batches(1438, 256, 4))
+    value = as_int(answer)
+    return verdict(answer, value == right, f"{right}: five full steps and a partial one. Steps depend on the "
+                   "global batch, not on the replica count.", "Divide, then round which way?",
+                   form=None if value is not None else _NUMBER)
+
+
+def nb02_last_step(answer: Any) -> Verdict:
+    """...and how is that last step split over the 4 replicas? (a list of 4 numbers)"""
+    from ..batching import plan_batches
+
+    right = plan_batches(1438, 256, 4)[-1]
+    values = as_int_list(answer)
+    return verdict(answer, values == right, f"{right}: ceil(158 / 4) = 40 per replica, filled in order.",
+                   "The last step has 1438 - 5 x 256 samples; each replica takes ceil(samples / 4) in turn.",
+                   form=None if values is not None and len(values) == 4 else "Give a list of 4 numbers, e.g. [1, 2, 3, 4].")

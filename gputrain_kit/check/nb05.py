@@ -1,0 +1,42 @@
+"""Exercise checks of notebook 05."""
+from __future__ import annotations
+
+from typing import Any
+
+from ._common import Verdict, as_choice, as_int_list, verdict
+
+_LIST = "Give a list of replica numbers (0-based), e.g. [2, 3], or [] for none."
+
+
+def _empty_replicas(n: int, batch: int, replicas: int) -> list[int]:
+    from ..batching import plan_batches
+
+    return [i for i, size in enumerate(plan_batches(n, batch, replicas)[-1]) if size == 0]
+
+
+def nb05_empty_replicas_a(answer: Any) -> Verdict:
+    """1030 samples, global batch 64, 8 replicas: which replicas get nothing in the last step? (a list)"""
+    right = _empty_replicas(1030, 64, 8)
+    values = as_int_list(answer)
+    return verdict(answer, values is not None and sorted(values) == right,
+                   f"{right}: the last 6 samples go 1 per replica to replicas 0-5.",
+                   "How many samples does the last step hold?", form=None if values is not None else _LIST)
+
+
+def nb05_empty_replicas_b(answer: Any) -> Verdict:
+    """1000 samples, global batch 96, 8 replicas: which replicas get nothing in the last step? (a list)"""
+    right = _empty_replicas(1000, 96, 8)
+    values = as_int_list(answer)
+    return verdict(answer, values is not None and sorted(values) == right,
+                   f"{right or 'none'}: the last 40 samples split 5 per replica, so every replica gets data.",
+                   "1000 - 10 x 96 samples, ceil(n / 8) each, in order.", form=None if values is not None else _LIST)
+
+
+def nb05_identical_copies(answer: Any) -> Verdict:
+    """Which fix keeps every replica's moving statistics identical: 'drop_remainder', 'repeat', 'pad' or
+    'synchronized'?"""
+    choice = as_choice(answer, ("drop_remainder", "repeat", "pad", "synchronized"))
+    return verdict(answer, choice == "synchronized",
+                   "Synchronized BatchNormalization computes the statistics over the global batch, "
+                   "so every replica writes the same values.", "Look at the 'spread' column of the fixes table.",
+                   form=None if choice is not None else "Answer 'drop_remainder', 'repeat', 'pad' or 'synchronized'.")

@@ -1,0 +1,51 @@
+"""Exercise checks of notebook 07."""
+from __future__ import annotations
+
+from typing import Any
+
+from ._common import Verdict, as_int, verdict
+
+NB07_HOSTS = ["gpu-a:12345", "gpu-b:12345", "gpu-c:12345"]
+
+
+def nb07_tf_config(answer: Any) -> Verdict:
+    """TF_CONFIG (a JSON string or a dict) for the host gpu-c in the cluster gpu-a, gpu-b, gpu-c (port 12345)."""
+    import json
+
+    config = answer
+    if isinstance(answer, str):
+        try:
+            config = json.loads(answer)
+        except ValueError:
+            config = None
+    readable = isinstance(config, dict)
+    try:
+        ok = (config["cluster"] == {"worker": NB07_HOSTS} and config["task"]["type"] == "worker"
+              and as_int(config["task"]["index"]) == 2)
+    except (TypeError, KeyError):
+        ok = False
+    return verdict(answer, ok, "Every host gets the same cluster list and its own index; gpu-c is index 2.",
+                   "The three hosts in order, the same list on every host, and this host's own index; "
+                   "kit.multiworker.tf_config(hosts, i) writes it.",
+                   form=None if readable else "Give a JSON string or a dict like {'cluster': {'worker': [...]}, "
+                   "'task': {'type': 'worker', 'index': i}}.")
+
+
+def nb07_global_batch(answer: Any) -> Verdict:
+    """Three workers, one replica each: the smallest global batch of at least 64 the custom loop accepts."""
+    right = next(b for b in range(64, 200) if b % 3 == 0)
+    value = as_int(answer)
+    return verdict(answer, value == right, f"{right} = 3 x {right // 3}: get_per_replica_batch_size needs a global "
+                   "batch divisible by the number of replicas in the whole cluster.",
+                   "The global batch must split evenly over all replicas of all workers.",
+                   form=None if value is not None else "Give a whole number, e.g. 64.")
+
+
+def nb07_resume_step(answer: Any) -> Verdict:
+    """Checkpoint after every 50th step; a worker dies during step 437 (from 0): where does the relaunch start?"""
+    right = (437 // 50) * 50
+    value = as_int(answer)
+    return verdict(answer, value == right, f"{right}: the last checkpoint was written after step {right - 1}; steps "
+                   f"{right} to 436 are done again. Checkpoint more often when preemptions are frequent.",
+                   "The relaunch starts right after the last checkpoint, not at the crash.",
+                   form=None if value is not None else "Give a step number, e.g. 100.")
