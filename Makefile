@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Same environment for the executor, nbval and the tests: reproducible hashing.
 export PYTHONHASHSEED := 0
 
-.PHONY: lab test unit nbval notebooks install doctor bench lock clean
+.PHONY: lab test unit nbval notebooks install doctor bench lock screenshots clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,8 +19,11 @@ install: $(STAMP)
 # Loopback only, with Jupyter's random token. --allow-root only when run as root (containers, CI boxes).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
+# No news pop-up or update check (tools/lab-overrides.json, this venv's JupyterLab only); opens on notebook 00.
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks $(ROOT_FLAG)
+	install -D -m 644 tools/lab-overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
+	$(VENV)/bin/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks $(ROOT_FLAG) \
+		--LabApp.news_url=None --LabApp.default_url=/lab/tree/00_start_here.ipynb
 
 # Unit tests first, then strict nbval over every notebook. Stored outputs are the simulated-device
 # run, so notebooks are executed and compared with GPUs hidden, on any machine.
@@ -42,6 +45,10 @@ bench: $(STAMP)
 # Re-pin constraints.txt for every supported Python after changing pyproject.toml (tools/lock.sh).
 lock:
 	bash tools/lock.sh
+
+# Every notebook run in real JupyterLab + Chromium, a screenshot of each in artifacts/browser/ (minutes).
+screenshots: $(STAMP)
+	CUDA_VISIBLE_DEVICES= GPUTRAIN_SCREENSHOTS=1 $(PY) -m pytest tests/test_browser.py -k every_notebook
 
 doctor: $(STAMP)
 	$(PY) -m gputrain_kit doctor

@@ -17,7 +17,7 @@ from typing import Any
 from . import _tf
 from ._args import require_choice, require_int
 
-__all__ = ["SetupError", "SetupReport", "Inventory", "setup", "device_names", "inventory", "current"]
+__all__ = ["SetupError", "SetupReport", "Inventory", "setup", "device_names", "inventory", "current", "mode_for"]
 
 #: Memory each logical GPU gets when fewer GPUs than ``devices`` must be split.
 DEFAULT_SPLIT_MEMORY_MB = 1024
@@ -81,6 +81,20 @@ def _call_text(args: dict[str, Any]) -> str:
 def current() -> SetupReport | None:
     """The report of the setup() that ran in this process, or None."""
     return _state["report"]
+
+
+def mode_for(n_gpus: int, devices: int) -> tuple[str, list[int]]:
+    """The mode ``setup(devices=devices)`` picks with ``n_gpus`` visible GPUs, and how many logical devices
+    each physical device (each GPU, or the one CPU) gets. Pure Python: nothing is initialised.
+
+    >>> mode_for(2, 6)
+    ('split-gpu', [3, 3])
+    """
+    if n_gpus == 0:
+        return "cpu", [devices]
+    if n_gpus >= devices:
+        return "gpu", [1] * devices
+    return "split-gpu", [devices // n_gpus + (i < devices % n_gpus) for i in range(n_gpus)]
 
 
 def setup(devices: int = 2, *, kind: str = "auto", memory_limit_mb: int | None = None,
@@ -163,7 +177,7 @@ def setup(devices: int = 2, *, kind: str = "auto", memory_limit_mb: int | None =
         else:
             mode = "split-gpu"
             limit = memory_limit_mb or DEFAULT_SPLIT_MEMORY_MB
-            per_gpu = [devices // len(gpus) + (i < devices % len(gpus)) for i in range(len(gpus))]
+            per_gpu = mode_for(len(gpus), devices)[1]
             for gpu, count in zip(gpus, per_gpu):
                 tf.config.set_logical_device_configuration(
                     gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=limit) for _ in range(count)])

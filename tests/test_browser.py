@@ -325,3 +325,18 @@ def test_notebook_05_split_explorer_renders(browser, lab):
                                arg=[drawn.element_handle(), before], timeout=15_000)
         slider.scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / "05-split-explorer.png"))
+
+
+ALL_NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.skipif(os.environ.get("GPUTRAIN_SCREENSHOTS") != "1",
+                    reason="every notebook in the browser takes minutes: `make screenshots` runs it")
+@pytest.mark.parametrize("name", ALL_NOTEBOOKS)
+def test_every_notebook_runs_in_the_browser_with_a_screenshot(browser, lab, name):
+    """Run All in real JupyterLab: no cell fails, widgets render as widgets; a full-page screenshot after."""
+    shot = name.split("_")[0]
+    with _notebook_page(browser, lab, shot) as page:
+        _open_and_run_all(page, lab, name, shot)
+        assert _panel(page).locator(".jp-OutputArea-output", has_text="VBox(children=").count() == 0
+        page.screenshot(path=str(ARTIFACTS / f"{shot}-after-run-all.png"), full_page=True)

@@ -62,6 +62,36 @@ def test_make_lab_binds_loopback_with_a_token():
     assert "python3 -m venv" in makefile.replace("$(PYTHON)", "python3")
 
 
+def test_make_lab_opens_on_notebook_00_without_news():
+    makefile = (ROOT / "Makefile").read_text()
+    lab = re.search(r"^lab:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert "--LabApp.news_url=None" in lab and "--LabApp.default_url=/lab/tree/00_start_here.ipynb" in lab
+    assert "tools/lab-overrides.json" in lab and (ROOT / "notebooks" / "00_start_here.ipynb").exists()
+    overrides = json.loads((ROOT / "tools" / "lab-overrides.json").read_text())
+    assert overrides["@jupyterlab/apputils-extension:notification"] == {"fetchNews": "false", "checkForUpdates": False}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_learners_see_no_test_plumbing_or_source_numbers(path):
+    """nbval markers are cell tags, sources are cited by title (never 'seed 003'), widgets are drawn from state."""
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        text = "".join(cell["source"])
+        assert "NBVAL_" not in text, f"nbval marker in a cell source: use the nbval-ignore-output tag\n{text[:80]}"
+        found = re.search(r"\bseeds? (?:article )?0\d\d\b|\bseed article\b|\bseeds? 0\d\d and", text, re.I)
+        assert not found, f"'{found.group(0)}' in {path.name}: cite the source by title, site or author and year"
+        for out in cell.get("outputs", []):
+            shown = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+            assert not re.search(r"\bseed 0\d\d\b", shown, re.I), f"an output of {path.name} says {shown[:80]!r}"
+    views = [out for cell in nb["cells"] for out in cell.get("outputs", [])
+             if "application/vnd.jupyter.widget-view+json" in out.get("data", {})]
+    if views:
+        state = nb["metadata"].get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+        missing = [v["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] for v in views
+                   if v["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] not in state]
+        assert not missing, f"{path.name}: widgets without stored state ({len(missing)}): run `make notebooks`"
+
+
 def test_ci_runs_make_test_strict():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci and "set -euo pipefail" in ci

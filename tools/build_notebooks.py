@@ -2,7 +2,8 @@
 
 Stored outputs are produced only by this script. It refuses to save a notebook
 whose run raised an error or wrote to stderr (learners would see the noise and
-strict nbval would trip on it), and it writes each file atomically.
+strict nbval would trip on it), keeps the widgets' state so that saved notebooks
+show their widgets, and writes each file atomically.
 
     python tools/build_notebooks.py                 # every notebook
     python tools/build_notebooks.py notebooks/01_*.ipynb
@@ -51,7 +52,14 @@ def build(path: Path, timeout: int = 600) -> float:
     bad = problems(nb)
     if bad:
         raise SystemExit(f"{path.name}: not saved, fix these first:\n  " + "\n  ".join(bad))
-    nb.metadata.pop("widgets", None)
+    # nbclient stored the widgets' state (store_widget_state=True): JupyterLab and notebook viewers then
+    # draw the widgets, not "VBox(children=...)", before the learner runs anything.
+    if any("application/vnd.jupyter.widget-view+json" in out.get("data", {})
+           for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])):
+        assert "application/vnd.jupyter.widget-state+json" in nb.metadata.get("widgets", {}), \
+            f"{path.name}: widgets shown but no widget state stored"
+    else:
+        nb.metadata.pop("widgets", None)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".ipynb.tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_bool, as_choice, norm_device, verdict
+from ._common import Verdict, as_bool, as_choice, as_int, norm_device, verdict
 
 
 def nb00_last_device(answer: Any) -> Verdict:
@@ -34,3 +34,40 @@ def nb00_more_devices(answer: Any) -> Verdict:
                    "Devices are fixed once TensorFlow initialises them: only a new process changes them.",
                    "Try (a) in a cell: what does setup() say?",
                    form=None if choice is not None else "Answer 'a', 'b' or 'c'.")
+
+
+def nb00_server_mode(answer: Any) -> Verdict:
+    """An 8-GPU server, CUDA_VISIBLE_DEVICES='2,3', setup(devices=6): which mode? 'gpu', 'split-gpu' or 'cpu'."""
+    from ..devices import mode_for
+    from ..visibility import parse_cuda_visible_devices
+
+    right = mode_for(parse_cuda_visible_devices("2,3", 8).count, 6)[0]
+    choice = as_choice(answer, ("gpu", "split-gpu", "cpu"))
+    return verdict(answer, choice == right,
+                   f"'{right}': the process sees only 2 GPUs, fewer than the 6 devices asked for, so each is split.",
+                   "How many GPUs can this process see, and how many devices did it ask for?",
+                   form=None if choice is not None else "Answer 'gpu', 'split-gpu' or 'cpu'.")
+
+
+def nb00_logical_per_gpu(answer: Any) -> Verdict:
+    """...and how many logical GPUs does physical GPU 2 carry then?"""
+    from ..devices import mode_for
+
+    right = mode_for(2, 6)[1][0]
+    value = as_int(answer)
+    return verdict(answer, value == right, f"{right}: 6 devices over 2 visible GPUs, {right} on each.",
+                   "The devices asked for are shared out over the GPUs the process can see.",
+                   form=None if value is not None else "Give a whole number, e.g. 2.")
+
+
+def nb00_physical_cpus(answer: Any) -> Verdict:
+    """A laptop without GPU runs setup(devices=8): how many CPUs does tf.config.list_physical_devices('CPU')
+    list?"""
+    from ..devices import mode_for
+
+    right = len(mode_for(0, 8)[1])
+    value = as_int(answer)
+    return verdict(answer, value == right,
+                   f"{right}: TensorFlow has one CPU device whatever the core count; setup() splits it into 8 "
+                   "logical devices.", "Does setup() add physical devices, or split the ones there are?",
+                   form=None if value is not None else "Give a whole number, e.g. 4.")
