@@ -62,7 +62,10 @@ class SetupReport:
                      else ", memory growth on")
             head = f"{n} real GPU{'s' * (n != 1)}{limit}."
         lines = [f"gputrain_kit setup: {head}", "  devices: " + ", ".join(self.devices)]
-        lines += [f"  note: {note}" for note in self.notes]
+        import textwrap   # wrapped here, at word boundaries, so JupyterLab does not wrap mid-word
+
+        lines += [textwrap.fill(note, width=96, initial_indent="  note: ", subsequent_indent="        ",
+                                break_long_words=False, break_on_hyphens=False) for note in self.notes]
         lines.append(f"  TensorFlow {self.tensorflow}, Keras {self.keras}; seed {self.seed}; op determinism on.")
         return "\n".join(lines)
 

@@ -11,7 +11,7 @@ import contextlib
 import textwrap
 from typing import Iterator
 
-__all__ = ["expect_error", "CaughtError", "error_summary"]
+__all__ = ["expect_error", "CaughtError", "error_summary", "shorten_message"]
 
 
 class CaughtError:
@@ -33,6 +33,34 @@ def _indent(line: str) -> str:
     return line[:len(line) - len(line.lstrip())]
 
 
+def shorten_message(text: str, max_chars: int) -> str:
+    """``text`` cut to about ``max_chars`` at line or word boundaries, keeping its beginning (what went
+    wrong) and its end (where messages usually say what to do), joined by [...]."""
+    if len(text) <= max_chars:
+        return text
+
+    def head_of(s: str, n: int) -> str:
+        cut = s[:n]
+        for sep in ("\n", " "):
+            if sep in cut and cut.rfind(sep) > n // 2:
+                return cut[:cut.rfind(sep)].rstrip()
+        return cut.rstrip()
+
+    def tail_of(s: str, n: int) -> str:
+        if n <= 0:
+            return ""
+        cut = s[-n:]
+        for sep in (". ", "\n", " "):
+            at = cut.find(sep)
+            if 0 <= at < len(cut) // 2:
+                return cut[at + len(sep):].lstrip()
+        return cut.lstrip()
+
+    head = head_of(text, int(max_chars * 0.6))
+    tail = tail_of(text[len(head):], max_chars - len(head) - 7)
+    return f"{head} [...] {tail}" if tail else f"{head} [...]"
+
+
 @contextlib.contextmanager
 def expect_error(*types: type[BaseException], match: str | None = None,
                  max_chars: int = 600, show: bool = True) -> Iterator[CaughtError]:
@@ -52,9 +80,7 @@ def expect_error(*types: type[BaseException], match: str | None = None,
             raise AssertionError(
                 f"expected {type(exc).__name__} mentioning {match!r}, but the message was: {exc}") from exc
         if show:
-            text = f"{type(exc).__name__}: {exc}"
-            if len(text) > max_chars:
-                text = text[:max_chars].rstrip() + " [...]"
+            text = shorten_message(f"{type(exc).__name__}: {exc}", max_chars)
             # Wrap each line of the message on its own: multi-line messages keep their layout.
             print("\n".join(textwrap.fill(line, width=100, break_long_words=False, break_on_hyphens=False,
                                            replace_whitespace=False, subsequent_indent=_indent(line))

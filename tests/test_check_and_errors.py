@@ -45,3 +45,29 @@ def test_expect_error_fails_when_behaviour_changes():
     with pytest.raises(KeyError):
         with expect_error(ValueError):
             raise KeyError("not the expected type")
+
+
+def test_shortened_messages_cut_at_boundaries_and_keep_the_fix():
+    from gputrain_kit.errors import shorten_message
+
+    text = ("SetupError: setup(devices=8) cannot run: setup(devices=4) already set up this kernel's devices, "
+            "and TensorFlow cannot change devices once they are initialised. Restart the kernel "
+            "(Kernel > Restart Kernel) and run setup(devices=8) first.")
+    short = shorten_message(text, 150)
+    assert len(short) <= 150 and " [...] " in short
+    head, tail = short.split(" [...] ")
+    assert text.startswith(head) and text.endswith(tail) and "run setup(devices=8) first." in tail
+    assert text[len(head)] in " \n" and text[len(text) - len(tail) - 1] in " \n", "cut between words"
+    assert shorten_message("short", 150) == "short"
+
+
+def test_setup_report_wraps_its_notes_between_words():
+    from gputrain_kit.devices import SetupReport
+
+    fields = SetupReport.__dataclass_fields__
+    values = {name: None for name in fields}
+    values.update(mode="cpu", devices=("/device:CPU:0", "/device:CPU:1"), notes=("word " * 40,),
+                  physical_gpus=(), tensorflow="2", keras="3", seed=0)
+    text = repr(SetupReport(**values))
+    assert all(len(line) <= 96 for line in text.splitlines()[2:-1])
+    assert all(not line.endswith("wor") for line in text.splitlines())
