@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_bool, as_choice, as_int, norm_device, verdict
+from ._common import Verdict, as_bool, as_choice, as_int, as_int_list, norm_device, verdict
 
 
 def nb00_last_device(answer: Any) -> Verdict:
@@ -71,3 +71,29 @@ def nb00_physical_cpus(answer: Any) -> Verdict:
                    f"{right}: TensorFlow has one CPU device whatever the core count; setup() splits it into 8 "
                    "logical devices.", "Does setup() add physical devices, or split the ones there are?",
                    form=None if value is not None else "Give a whole number, e.g. 4.")
+
+
+def nb00_last_gpu_name(answer: Any) -> Verdict:
+    """A server with 8 GPUs runs setup(devices=4): the name of the last device it creates."""
+    from ..devices import mode_for
+
+    if not isinstance(answer, str):
+        return verdict(answer, False, "", "", form="Give the device name as a string, e.g. '/device:CPU:0'.")
+    mode, per_device = mode_for(8, 4)
+    right = f"/device:GPU:{len(per_device) - 1}" if mode == "gpu" else "?"
+    return verdict(answer, norm_device(answer) == norm_device(right),
+                   f"{right}: with enough GPUs, setup() uses real GPUs, numbered from 0.",
+                   "Which mode does a machine with 8 GPUs get for 4 devices, and how are devices numbered?")
+
+
+def nb00_cpu_devices(answer: Any) -> Verdict:
+    """A 16-core laptop without a GPU runs setup(devices=8): [physical CPU devices, logical CPU devices]?"""
+    from ..devices import mode_for
+
+    right = [len(mode_for(0, 8)[1]), sum(mode_for(0, 8)[1])]
+    values = as_int_list(answer)
+    return verdict(answer, values == right,
+                   f"{right}: one CPU device whatever the core count, split into 8 logical devices.",
+                   "Does setup() add physical devices, or split the ones there are? Do cores count as devices?",
+                   form=None if values is not None and len(values) == 2 else
+                   "Give a list of two numbers: [physical, logical].")
