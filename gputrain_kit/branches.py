@@ -1,7 +1,9 @@
-"""Device-parallel branches (seed 001): one shared LSTM encodes two inputs, one branch per device.
+"""Device-parallel branches: one shared LSTM encodes two inputs, one branch per device.
 
-Built two ways. ``construction_time_placement`` is what seeds 001 and 003 did: ``tf.device``
-around layer calls while building a functional model. ``PlacedBranches`` puts ``tf.device`` inside
+The model of DumpDoctorWang's CSDN post "Multi-GPU training in Keras and weights that load without
+effect" (2018). Built two ways. ``construction_time_placement`` is what that post and the 2018 Q&A
+thread about InceptionV3 on 12 GB GPUs did: ``tf.device`` around layer calls while building a
+functional model. ``PlacedBranches`` puts ``tf.device`` inside
 ``call()``, which is what actually pins the computation in Keras 3.
 """
 from __future__ import annotations
@@ -22,7 +24,7 @@ def digits_as_sequences(x):
 
 
 def construction_time_placement(devices: Sequence[str], units: int = 16):
-    """Seed 001/003 style: a functional model built with tf.device around each branch's layer call."""
+    """The 2018 way: a functional model built with tf.device around each branch's layer call."""
     import keras
     import tensorflow as tf
 

@@ -34,11 +34,13 @@ __all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "split_l
 
 OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1, "sgd-momentum": 1, "sgd": 0}
 PRESETS = {
-    "InceptionV3 299x299 (seed 003)": "inception_v3",
+    "InceptionV3 299x299": "inception_v3",
     "Dense stack 24 x 8192 (1.6B parameters)": "dense_stack",
     "ResNet50 224x224": "resnet50",
     "course digits model": "digits",
 }
+# Display names used by earlier versions of the course: still accepted, never shown.
+PRESET_ALIASES = {"InceptionV3 299x299 (seed 003)": "InceptionV3 299x299"}
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def preset_profile(name: str) -> list[LayerStat]:
     The stored numbers were read from ``keras.applications.<Model>(weights=None)``; a test rebuilds
     the models and checks them.
     """
-    key = PRESETS.get(name, name)
+    key = PRESETS.get(PRESET_ALIASES.get(name, name), name)
     if key not in PRESETS.values():
         raise ValueError(f"preset_profile: unknown preset {name!r}; choose from {list(PRESETS)}.")
     if key == "dense_stack":

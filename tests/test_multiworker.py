@@ -193,10 +193,10 @@ def test_hung_worker_times_out_and_everything_is_stopped():
 def test_a_short_timeout_on_sleeping_workers_as_notebook_07_shows():
     started = time.monotonic()
     with pytest.raises(mw.WorkerTimeout) as info:
-        mw.launch_local_workers(sleeper_quiet, 2, log=None, timeout=2)
+        mw.launch_local_workers(sleeper_quiet, 2, log=None, timeout=1)
     assert time.monotonic() - started < 15
     err = info.value
-    assert str(err).startswith("the workers did not finish within 2 s: worker(s) [0, 1] were still running")
+    assert str(err).startswith("the workers did not finish within 1 s: worker(s) [0, 1] were still running")
     assert str(err).count("  (no output)") == 2
     assert mw.running(err.pids) == []
 
@@ -510,3 +510,64 @@ def test_workers_die_with_their_launcher(tmp_path):
         proc.kill()
         for pid in mw.running(pids):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_step_by_step_build_as_notebook_07_shows():
+    """Notebook 07's steps 1-4 in one process: per-worker shards, a one-replica MirroredStrategy,
+    mirrored variables in its scope, a step whose loss is divided by the global batch."""
+    code = r'''
+import json
+import numpy as np
+import tensorflow as tf
+import keras
+from sklearn.datasets import load_digits
+
+x, y = load_digits(return_X_y=True)
+x = (x / 16).astype("float32")
+
+def dataset_fn(ctx):
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+    return ds.repeat().batch(ctx.get_per_replica_batch_size(64))
+
+out = {"workers": []}
+for worker in range(2):
+    ctx = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=worker, num_replicas_in_sync=2)
+    xb, yb = next(iter(dataset_fn(ctx)))
+    out["workers"].append([int(xb.shape[0]), yb.numpy()[:8].tolist()])
+strategy = tf.distribute.MirroredStrategy()
+batches = iter(strategy.distribute_datasets_from_function(dataset_fn))
+xb, yb = next(batches)
+out["replicas"] = strategy.num_replicas_in_sync
+out["batch"] = list(strategy.experimental_local_results(xb)[0].shape)
+keras.utils.set_random_seed(0)
+with strategy.scope():
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(10)], name="digits_mlp")
+    optimizer = keras.optimizers.SGD(0.1)
+out["variable"] = type(model.layers[0].kernel.value).__name__
+out["paths"] = sorted({w.path.split("/")[0] for w in model.weights})
+loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+@tf.function
+def train_step(batch):
+    def replica_step(xb, yb):
+        with tf.GradientTape() as tape:
+            per_example = loss_fn(yb, model(xb, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=64)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)
+
+before = float(tf.reduce_mean(loss_fn(yb, model(xb))))
+first = float(train_step((xb, yb)))
+out["first_is_mean"] = abs(first - before) < 1e-5
+losses = [float(train_step(next(batches))) for step in range(1, 30)]
+out["falls"] = losses[-1] < first
+print(json.dumps(out))
+'''
+    got = last_json(run_python(code))
+    assert got["workers"] == [[32, [0, 2, 4, 6, 8, 0, 2, 4]], [32, [1, 3, 5, 7, 9, 1, 3, 5]]]
+    assert got["replicas"] == 1 and got["batch"] == [64, 64]
+    assert got["variable"] == "MirroredVariable" and got["paths"] == ["digits_mlp"]
+    assert got["first_is_mean"] and got["falls"]

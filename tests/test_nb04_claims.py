@@ -398,3 +398,37 @@ def test_a_bit_for_bit_resume_needs_the_optimizer_state(resume):
     """Section 5: BackupAndRestore's resume matches the straight run bit for bit; the same weights
     without the optimizer's state (fresh Adam from epoch 3) do not."""
     assert resume["resumed_identical"] and not resume["weights_only_identical"]
+
+
+def test_exercise_answers_group_by_occurrence_and_resume_after_the_last_finished_epoch():
+    """Exercises 3 and 4: the layer 'logits' of Dense, LayerNormalization, Dense, Dense is stored under
+    layers/dense_2; killed at the start of epoch 7 of 10, a restart with BackupAndRestore trains 7 to 10."""
+    out = last_json(run_python("""
+        import json, os, tempfile, h5py, numpy as np
+        import keras
+        from gputrain_kit.checkpoints import CrashAtEpoch, SimulatedCrash
+        d = tempfile.mkdtemp()
+        m = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, name="encoder"),
+                              keras.layers.LayerNormalization(name="norm"), keras.layers.Dense(16, name="bottleneck"),
+                              keras.layers.Dense(10, name="logits")])
+        m.save_weights(os.path.join(d, "m.weights.h5"))
+        groups = {}
+        with h5py.File(os.path.join(d, "m.weights.h5"), "r") as f:
+            f.visititems(lambda k, item: groups.__setitem__(k.removesuffix("/vars"), item.attrs["name"])
+                         if k.endswith("vars") and len(item) else None)
+        x, y = np.ones((8, 2), "float32"), np.ones((8, 1), "float32")
+        def tiny():
+            t = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]); t.compile("adam", "mse"); return t
+        backup = os.path.join(d, "backup")
+        try:
+            tiny().fit(x, y, epochs=10, verbose=0, callbacks=[keras.callbacks.BackupAndRestore(backup), CrashAtEpoch(6)])
+        except SimulatedCrash:
+            pass
+        trained = []
+        tiny().fit(x, y, epochs=10, verbose=0, callbacks=[keras.callbacks.BackupAndRestore(backup),
+                   keras.callbacks.LambdaCallback(on_epoch_begin=lambda e, logs: trained.append(e + 1))])
+        print(json.dumps({"groups": groups, "trained": trained}))
+    """))
+    assert out["groups"]["layers/dense_2"] == "logits"
+    assert out["groups"]["layers/dense_1"] == "bottleneck" and out["groups"]["layers/layer_normalization"] == "norm"
+    assert out["trained"] == [7, 8, 9, 10]

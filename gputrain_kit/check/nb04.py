@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_bool, as_choice, verdict
+from ._common import Verdict, as_bool, as_choice, as_int_list, verdict
 
 
 def nb04_what_to_save(answer: Any) -> Verdict:
@@ -21,3 +21,27 @@ def nb04_reshuffle(answer: Any) -> Verdict:
     return verdict(answer, value is False, "With one fixed order, the resumed epochs see exactly the same batches.",
                    "What happens to a per-epoch shuffle when the process restarts?",
                    form=None if value is not None else "Answer True or False.")
+
+
+def nb04_resumed_epochs(answer: Any) -> Verdict:
+    """epochs=10 with BackupAndRestore, crash at the start of epoch 7: which epochs (from 1) does the restart train?"""
+    value = as_int_list(answer)
+    right = [7, 8, 9, 10]
+    return verdict(answer, value == right,
+                   "Epochs 1 to 6 finished and were backed up; the restarted fit trains 7, 8, 9 and 10.",
+                   "BackupAndRestore saves at the end of every epoch that finished. Which was the last one, and "
+                   "does the restarted fit stop at the same epochs=10?",
+                   form=None if value is not None else "Give the epoch numbers, counted from 1, as a list such as [2, 3].")
+
+
+def nb04_weight_group(answer: Any) -> Verdict:
+    """Sequential: Dense 'encoder', LayerNormalization 'norm', Dense 'bottleneck', Dense 'logits': logits' group?"""
+    if not isinstance(answer, str):
+        return verdict(answer, False, "", "", form="Give the group as a string, such as 'layers/dense_1'.")
+    text = answer.strip().strip("'\"").strip().strip("/").lower()
+    text = text.removeprefix("layers/").removesuffix("/vars")
+    return verdict(answer, text == "dense_2",
+                   "'layers/dense_2': 'logits' is the third Dense layer; its name and the LayerNormalization "
+                   "in between play no part.",
+                   "Loading never reads the layer's name. Count only the layers of its class that come before it "
+                   "(the first one gets no number).")

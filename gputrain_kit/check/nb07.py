@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_int, verdict
+from ._common import Verdict, as_bool, as_int, verdict
 
 NB07_HOSTS = ["gpu-a:12345", "gpu-b:12345", "gpu-c:12345"]
 
@@ -49,3 +49,30 @@ def nb07_resume_step(answer: Any) -> Verdict:
                    f"{right} to 436 are done again. Checkpoint more often when preemptions are frequent.",
                    "The relaunch starts right after the last checkpoint, not at the crash.",
                    form=None if value is not None else "Give a step number, e.g. 100.")
+
+
+# Exercises 4 and 5 read this TF_CONFIG, set on the host gpu-a, whose worker sees 4 GPUs (as every host's does).
+NB07_GIVEN_TF_CONFIG = ('{"cluster": {"worker": ["gpu-b:12345", "gpu-a:12345", "gpu-c:12345"]}, '
+                        '"task": {"type": "worker", "index": 1}}')
+
+
+def nb07_per_replica_batch(answer: Any) -> Verdict:
+    """NB07_GIVEN_TF_CONFIG, 4 GPUs per worker, train_worker with global_batch=96: examples per replica per step."""
+    workers, gpus, global_batch = 3, 4, 96
+    right = global_batch // (workers * gpus)
+    value = as_int(answer)
+    return verdict(answer, value == right, f"{right} = {global_batch} / ({workers} workers x {gpus} replicas): "
+                   "get_per_replica_batch_size divides the global batch by every replica of the whole cluster.",
+                   "Count the replicas of the whole cluster, not of one worker: the global batch is shared by "
+                   "all of them.",
+                   form=None if value is not None else "Give a whole number of examples, e.g. 32.")
+
+
+def nb07_is_chief(answer: Any) -> Verdict:
+    """NB07_GIVEN_TF_CONFIG on gpu-a: are gpu-a's checkpoints the ones kept (is it the chief)? True or False."""
+    value = as_bool(answer)
+    return verdict(answer, value is False, "No: the chief is worker 0, the first host of the list (gpu-b); gpu-a "
+                   "is worker 1 and writes to a scratch folder.",
+                   "The chief is chosen by its index in the cluster list, not by the host's name or the order "
+                   "you started them in.",
+                   form=None if value is not None else "Give True or False.")

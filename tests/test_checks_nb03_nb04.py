@@ -1,0 +1,97 @@
+"""The exercise checks added to notebooks 03 and 04: right answers in several forms, wrong values (a hint
+that does not give the answer away), wrong forms (which form to give), and ``...`` (not answered yet)."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from gputrain_kit import check
+
+
+@pytest.mark.parametrize("answer", [28, 28.0, "28", " 28 ", np.int64(28), np.float32(28), np.array(28)])
+def test_nb03_microbatches_right_in_any_form(answer):
+    assert check.nb03_microbatches(answer)
+
+
+@pytest.mark.parametrize("answer", [27, 29, 32, 1])
+def test_nb03_microbatches_wrong_value_hints_without_the_answer(answer):
+    result = check.nb03_microbatches(answer)
+    assert not result and repr(result).startswith("Not yet.") and "28" not in repr(result)
+
+
+@pytest.mark.parametrize("answer", [[28], "many", 27.5, None, True])
+def test_nb03_microbatches_wrong_form_says_which_form(answer):
+    result = check.nb03_microbatches(answer)
+    assert not result and "Not a form this check reads" in repr(result) and "whole number" in repr(result)
+
+
+def test_nb03_microbatches_agrees_with_the_bubble_formula():
+    from gputrain_kit.pipeline import bubble_fraction
+
+    assert bubble_fraction(4, 28) < 0.1 <= round(bubble_fraction(4, 27), 12)
+    assert "Not answered yet" in repr(check.nb03_microbatches(...))
+
+
+@pytest.mark.parametrize("answer", [6.44, "6.44", np.float64(6.443), 6.5, "6.4", Fraction(644, 100)])
+def test_nb03_split_state_gb_right_in_any_form(answer):
+    assert check.nb03_split_state_gb(answer)
+
+
+@pytest.mark.parametrize("answer", [25.8, 12.9, 3.2, 6443])
+def test_nb03_split_state_gb_wrong_value_hints_without_the_answer(answer):
+    result = check.nb03_split_state_gb(answer)
+    assert not result and repr(result).startswith("Not yet.") and "6.4" not in repr(result)
+
+
+@pytest.mark.parametrize("answer", ["about six", [6.44], None])
+def test_nb03_split_state_gb_wrong_form_and_unanswered(answer):
+    result = check.nb03_split_state_gb(answer)
+    assert not result and "Not a form this check reads" in repr(result) and "gigabytes" in repr(result)
+    assert "Not answered yet" in repr(check.nb03_split_state_gb(...))
+
+
+def test_nb03_split_state_gb_is_a_quarter_of_the_whole_state():
+    from gputrain_kit.memory import estimate_memory, preset_profile
+
+    whole = estimate_memory(preset_profile("dense_stack"), batch_size=32).per_device[0]
+    state = (whole["parameters"] + whole["gradients"] + whole["optimizer"]) / 1e9
+    assert check.nb03_split_state_gb(state / 4) and not check.nb03_split_state_gb(state)
+
+
+@pytest.mark.parametrize("answer", [[7, 8, 9, 10], (7, 8, 9, 10), np.arange(7, 11), "[7, 8, 9, 10]", "7, 8, 9, 10"])
+def test_nb04_resumed_epochs_right_in_any_form(answer):
+    assert check.nb04_resumed_epochs(answer)
+
+
+@pytest.mark.parametrize("answer", [[8, 9, 10], [6, 7, 8, 9, 10], list(range(1, 11)), [7]])
+def test_nb04_resumed_epochs_wrong_value_hints_without_the_answer(answer):
+    result = check.nb04_resumed_epochs(answer)
+    assert not result and repr(result).startswith("Not yet.") and "7, 8" not in repr(result)
+
+
+@pytest.mark.parametrize("answer", [7, "seven on", None])
+def test_nb04_resumed_epochs_wrong_form_and_unanswered(answer):
+    result = check.nb04_resumed_epochs(answer)
+    assert not result and "Not a form this check reads" in repr(result) and "list" in repr(result)
+    assert "Not answered yet" in repr(check.nb04_resumed_epochs(...))
+
+
+@pytest.mark.parametrize("answer", ["layers/dense_2", "dense_2", " 'layers/dense_2' ", "LAYERS/DENSE_2/",
+                                    "layers/dense_2/vars"])
+def test_nb04_weight_group_right_in_any_form(answer):
+    assert check.nb04_weight_group(answer)
+
+
+@pytest.mark.parametrize("answer", ["layers/logits", "layers/dense_1", "layers/dense_3", "dense"])
+def test_nb04_weight_group_wrong_value_hints_without_the_answer(answer):
+    result = check.nb04_weight_group(answer)
+    assert not result and repr(result).startswith("Not yet.") and "dense_2" not in repr(result)
+
+
+@pytest.mark.parametrize("answer", [2, ["layers/dense_2"], None])
+def test_nb04_weight_group_wrong_form_and_unanswered(answer):
+    result = check.nb04_weight_group(answer)
+    assert not result and "Not a form this check reads" in repr(result) and "string" in repr(result)
+    assert "Not answered yet" in repr(check.nb04_weight_group(...))
