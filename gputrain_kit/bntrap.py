@@ -1,4 +1,5 @@
-"""The BatchNorm NaN trap (seed 004, tip 2), reproducible on demand, and its fixes.
+"""The BatchNorm NaN trap (Vryniotis, "5 tips for multi-GPU training with Keras", Datumbox 2018, tip 2), reproducible
+on demand, and its fixes. Notebook 05 builds the same model and pipelines in its own cells; the tests use these.
 
 1030 samples, global batch 64, 4 replicas: the last step is split [2, 2, 2, 0]. The replica with no
 data computes the mean and variance of an empty batch (0/0 = NaN) and writes them into *its* copy of
@@ -24,7 +25,7 @@ def trap_data():
 
 
 def build_bn_model(strategy: Any, *, scale: bool = False, synchronized: bool = False):
-    """Dense -> BatchNormalization -> ReLU -> Dense, built and compiled in ``strategy.scope()``."""
+    """Dense -> BatchNormalization -> ReLU -> Dense, built and compiled in ``strategy.scope()`` (as in notebook 05)."""
     import keras
 
     with strategy.scope():

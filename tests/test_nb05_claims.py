@@ -127,3 +127,25 @@ def test_nb05_exercise_checks():
     assert check.nb05_empty_replicas_a([6, 7]) and not check.nb05_empty_replicas_a([7])
     assert check.nb05_empty_replicas_b([]) and not check.nb05_empty_replicas_b([7])
     assert check.nb05_identical_copies("synchronized") and not check.nb05_identical_copies("pad")
+
+
+def test_replica_heatmap_has_a_labelled_colour_bar():
+    import numpy as np
+    from types import SimpleNamespace
+
+    from gputrain_kit.plots import replica_heatmap
+
+    rows = [SimpleNamespace(path=f"bn_net/bn/{name}", finite=[True, True, True, name == "beta"],
+                            max_diff=[0.0, 0.1, 0.2, 0.3]) for name in ("beta", "moving_mean")]
+    fig = replica_heatmap(SimpleNamespace(rows=rows, replicas=4))
+    heat, bar = fig.axes
+    assert bar.get_ylabel() and "replica 0" in bar.get_ylabel()
+    assert [t.get_text() for t in heat.get_xticklabels()] == ["0", "1", "2", "3"] and heat.get_xlabel() == "replica"
+    assert [t.get_text() for t in heat.get_yticklabels()] == ["bn_net/bn/beta", "bn_net/bn/moving_mean"]
+    assert np.isnan(heat.images[0].get_array().filled(np.nan)[1, 3])
+
+
+def test_split_explorer_labels_in_full():
+    e = SplitExplorer()
+    for control in (e.via, e.n_samples, e.global_batch, e.replicas):
+        assert control.style.description_width == "initial"

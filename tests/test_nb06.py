@@ -194,3 +194,47 @@ def test_nb06_checks():
     assert check.nb06_scaled_lr(0.8) and not check.nb06_scaled_lr(0.05)
     right = predict_curve("VGG-16", "PCIe 3.0 x16 (one server)", 64, 8, 0.1)[-1].efficiency
     assert check.nb06_efficiency(round(right, 2)) and not check.nb06_efficiency(0.5)
+
+
+def test_explorer_labels_in_full_and_disables_what_one_gpu_ignores():
+    e = ScalingModelExplorer(gpus=8)
+    for control in (e.network, e.link, e.gpus, e.batch, e.overlap):
+        assert control.style.description_width == "initial"
+    assert not e.link.disabled and not e.overlap.disabled
+    e.gpus.value = 1
+    assert e.link.disabled and e.overlap.disabled
+    before = e.predictions[-1].samples_per_s
+    e.overlap.value = 0.9
+    assert e.predictions[-1].samples_per_s == before     # the control does nothing at 1 GPU
+    e.gpus.value = 2
+    assert not e.link.disabled and not e.overlap.disabled
+
+
+def test_plots_of_nb06_are_readable():
+    from gputrain_kit.plots import scaling_curve_figure, sweep_figure
+
+    fig = sweep_figure([(32, 0.97), (128, 0.95), (1024, 0.78)], [(32, 0.97), (128, 0.95), (1024, 0.61)])
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["32", "128", "1024"]       # plain, not 10^2
+    assert len(ax.texts) == 6                                                      # every point labelled
+    legend = ax.get_legend()
+    assert legend.get_bbox_to_anchor().x0 > ax.get_window_extent().x1 - 1          # outside the data
+    fig = scaling_curve_figure(predict_curve("VGG-16", "PCIe 3.0 x16 (one server)", 64, 8))
+    ticks = fig.axes[0].get_xticks()
+    assert all(float(t).is_integer() for t in ticks)
+
+
+def test_starvation_pipelines_do_the_same_work():
+    proc = run_python("""
+        import json, numpy as np, gputrain_kit as kit
+        kit.setup(devices=1)
+        from gputrain_kit import feeding
+        (x, y), _ = kit.data.digits()
+        slow = [b for b, _ in feeding.slow_python_pipeline(x[:200], y[:200])]
+        fast = [b for b, _ in feeding.fast_tf_pipeline(x[:200], y[:200])]
+        same = len(slow) == len(fast) and all(np.allclose(a, b, atol=1e-5) for a, b in zip(slow, fast))
+        changed = not np.allclose(fast[0], x[:64])
+        print(json.dumps([same, changed, len(slow)]))
+    """)
+    same, changed, batches = last_json(proc)
+    assert same and changed and batches == 4

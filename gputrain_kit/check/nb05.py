@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_choice, as_int_list, verdict
+from ._common import Verdict, as_choice, as_int, as_int_list, verdict
 
 _LIST = "Give a list of replica numbers (0-based), e.g. [2, 3], or [] for none."
 
@@ -40,3 +40,13 @@ def nb05_identical_copies(answer: Any) -> Verdict:
                    "Synchronized BatchNormalization computes the statistics over the global batch, "
                    "so every replica writes the same values.", "Look at the 'spread' column of the fixes table.",
                    form=None if choice is not None else "Answer 'drop_remainder', 'repeat', 'pad' or 'synchronized'.")
+
+
+def nb05_pad_samples(answer: Any) -> Verdict:
+    """1000 samples padded for a global batch of 96 (section 2's "pad" recipe): how many samples are added?"""
+    right = -1000 % 96
+    value = as_int(answer)
+    return verdict(answer, value == right,
+                   f"{right}: 1000 = 10 x 96 + 40, and the last batch needs 96 - 40 more samples.",
+                   "Pad up to the next multiple of the global batch, not by a whole extra batch.",
+                   form=None if value is not None else "Give a whole number of samples, e.g. 12.")

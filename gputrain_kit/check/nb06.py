@@ -12,7 +12,7 @@ def nb06_scaled_lr(answer: Any) -> Verdict:
 
     right = linear_scaled_lr(0.05, 32, 512)
     value = as_number(answer)
-    return verdict(answer, value is not None and abs(value - right) < 1e-9,
+    return verdict(answer, value is not None and abs(value - right) < 1e-6,
                    f"{right:g}: the batch grew 16x, so the learning rate grows 16x (with a warm-up).",
                    "Base learning rate x (new batch / base batch).",
                    form=None if value is not None else "Give a number, e.g. 0.1.")
@@ -28,3 +28,30 @@ def nb06_efficiency(answer: Any) -> Verdict:
                    f"{right:.2f}: read it from kit.scaling.predict_curve(...)[-1].efficiency.",
                    "Use the explorer or kit.scaling.predict_curve.",
                    form=None if value is not None else "Give a fraction between 0 and 1 (e.g. 0.85 or '85%').")
+
+
+def nb06_warmup_step(answer: Any) -> Verdict:
+    """LinearWarmup(0.05, 1.6, 4) (start 0.05, peak 1.6, 4 warm-up steps): the learning rate at step 2?"""
+    right = 0.05 + (1.6 - 0.05) * 2 / 4
+    value = as_number(answer)
+    return verdict(answer, value is not None and abs(value - right) < 1e-6,
+                   f"{right:g}: halfway through the warm-up, so halfway from 0.05 to 1.6.",
+                   "The rate rises by the same amount every step from start_lr to peak_lr; step 2 of 4 is "
+                   "what fraction of the way?",
+                   form=None if value is not None else "Give a number, e.g. 0.1 or '33/40'.")
+
+
+def nb06_ethernet_efficiency(answer: Any) -> Verdict:
+    """VGG-16 on 8 GPUs, per-GPU batch 64, overlap 0.1, over 25 Gbit/s Ethernet instead of PCIe 3.0:
+    the predicted efficiency (a fraction, within 0.03)?"""
+    value = as_number(answer)
+    if value is None:
+        return verdict(answer, False, "", "", form="Give a fraction between 0 and 1 (e.g. 0.85 or '85%').")
+    from ..scaling import predict_curve
+
+    right = predict_curve("VGG-16", "25 Gbit/s Ethernet (servers)", 64, 8, 0.1)[-1].efficiency
+    return verdict(answer, abs(value - right) < 0.03,
+                   f"{right:.2f}: the same gradients over a link about 4x slower than PCIe 3.0 x16; compute "
+                   "hides far less of the all-reduce.",
+                   "Compare the links' bandwidths: exposed communication grows as the link slows, "
+                   "compute per step stays the same.")

@@ -1,0 +1,84 @@
+"""The exercise checks of notebooks 05 and 06: right answers in several forms, wrong values, wrong forms."""
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from gputrain_kit import check
+from gputrain_kit.batching import plan_batches
+from gputrain_kit.scaling import predict_curve
+
+
+def _says(verdict, text):
+    return text in repr(verdict)
+
+
+@pytest.mark.parametrize("answer", [[6, 7], (7, 6), np.array([6, 7]), "[6, 7]", "6, 7", {6, 7}])
+def test_nb05_empty_replicas_a_reads_every_list_form(answer):
+    assert check.nb05_empty_replicas_a(answer)
+
+
+def test_nb05_empty_replicas_answers_match_the_planner():
+    assert [i for i, n in enumerate(plan_batches(1030, 64, 8)[-1]) if n == 0] == [6, 7]
+    assert all(n > 0 for n in plan_batches(1000, 96, 8)[-1])
+    assert check.nb05_empty_replicas_b([]) and check.nb05_empty_replicas_b("[]") and check.nb05_empty_replicas_b(())
+    wrong = check.nb05_empty_replicas_b([7])
+    assert not wrong and _says(wrong, "Not yet") and "[]" not in repr(wrong)
+    assert _says(check.nb05_empty_replicas_a(6.5), "Give a list")
+
+
+@pytest.mark.parametrize("answer", [56, 56.0, np.int64(56), np.float32(56), "56", " 56 "])
+def test_nb05_pad_samples_right_in_any_form(answer):
+    assert check.nb05_pad_samples(answer)
+    assert -1000 % 96 == 56 and (1000 + 56) % 96 == 0
+
+
+def test_nb05_pad_samples_wrong_value_form_and_unanswered():
+    wrong = check.nb05_pad_samples(96)
+    assert not wrong and _says(wrong, "Not yet") and "56" not in repr(wrong)
+    for bad in ("fifty-six", [56], 56.5):
+        v = check.nb05_pad_samples(bad)
+        assert not v and _says(v, "Not a form this check reads") and _says(v, "whole number")
+    assert _says(check.nb05_pad_samples(...), "Not answered yet")
+
+
+def test_nb05_identical_copies_forms():
+    assert check.nb05_identical_copies("synchronized") and check.nb05_identical_copies(" 'Synchronized' ")
+    assert not check.nb05_identical_copies("pad") and _says(check.nb05_identical_copies("pad"), "Not yet")
+    assert _says(check.nb05_identical_copies(3), "Answer 'drop_remainder'")
+
+
+@pytest.mark.parametrize("answer", [0.825, np.float32(0.825), np.float64(0.825), "0.825", "33/40", Fraction(33, 40),
+                                    "82.5%", np.array(0.825)])
+def test_nb06_warmup_step_right_in_any_form(answer):
+    assert check.nb06_warmup_step(answer)
+
+
+def test_nb06_warmup_step_matches_the_schedule_and_rejects_wrong_answers():
+    from gputrain_kit.lrscaling import warmup_schedule
+
+    assert abs(float(warmup_schedule(0.05, 1.6, 4)(2)) - 0.825) < 1e-6
+    for wrong in (1.6, 0.05, 0.4375):
+        v = check.nb06_warmup_step(wrong)
+        assert not v and _says(v, "Not yet") and "0.825" not in repr(v)
+    v = check.nb06_warmup_step([0.825])
+    assert not v and _says(v, "Not a form this check reads") and _says(v, "Give a number")
+    assert _says(check.nb06_warmup_step(...), "Not answered yet")
+
+
+def test_nb06_ethernet_efficiency():
+    right = predict_curve("VGG-16", "25 Gbit/s Ethernet (servers)", 64, 8, 0.1)[-1].efficiency
+    assert 0.5 < right < predict_curve("VGG-16", "PCIe 3.0 x16 (one server)", 64, 8, 0.1)[-1].efficiency
+    for answer in (round(right, 2), np.float32(right), f"{right:.2f}", f"{100 * right:.0f}%"):
+        assert check.nb06_ethernet_efficiency(answer)
+    wrong = check.nb06_ethernet_efficiency(0.94)
+    assert not wrong and _says(wrong, "Not yet") and f"{right:.2f}" not in repr(wrong)
+    assert _says(check.nb06_ethernet_efficiency("fast"), "Give a fraction")
+    assert _says(check.nb06_ethernet_efficiency(...), "Not answered yet")
+
+
+def test_nb06_scaled_lr_and_efficiency_forms():
+    assert check.nb06_scaled_lr("0.8") and check.nb06_scaled_lr(np.float32(0.8))
+    assert check.nb06_scaled_lr("4/5") and not check.nb06_scaled_lr(0.05)
+    assert _says(check.nb06_scaled_lr("fast"), "Give a number")
+    assert check.nb06_efficiency("94%") and not check.nb06_efficiency(0.5)
