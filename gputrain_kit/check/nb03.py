@@ -49,17 +49,17 @@ def nb03_microbatches(answer: Any) -> Verdict:
 
 
 def nb03_split_state_gb(answer: Any) -> Verdict:
-    """Dense stack 24 x 8192, Adam, 4-way split: model state (parameters, gradients, slots) per device, in GB."""
+    """Dense stack 24 x 8192, Adam, 3-way split: model state (parameters, gradients, slots) per device, in GB."""
     value = as_number(answer)
     if value is None:
         return verdict(answer, False, "", "", form="Give a number of gigabytes (1 GB = 1e9 bytes), such as 3.2.")
     from ..memory import estimate_memory, preset_profile
 
     fullest = max(estimate_memory(preset_profile("dense_stack"), batch_size=32, strategy="split",
-                                  devices=4).per_device, key=lambda d: d["total"])
+                                  devices=3).per_device, key=lambda d: d["total"])
     right = (fullest["parameters"] + fullest["gradients"] + fullest["optimizer"]) / 1e9
     return verdict(answer, abs(value - right) <= 0.02 * right,
                    f"about {right:.2f} GB: each device holds the parameters, gradients and Adam slots of its own "
-                   "6 layers only, a quarter of the 25.8 GB.",
+                   "8 layers only, a third of the 25.8 GB.",
                    "A split gives each device the state of its own layers only. How many of the 24 layers does "
-                   "each of 4 devices get, and what does the whole stack's state weigh?")
+                   "each of 3 devices get, and what does the whole stack's state weigh?")
