@@ -160,6 +160,9 @@ def _classify(raw: dict[str, Any]) -> CaseResult:
     losses = tuple(raw["losses"])
     if raw["error"]:
         outcome, detail = "crash", raw["error"]
+        if raw["nan_copies"]:
+            replicas = ", ".join(map(str, raw["poisoned_replicas"]))
+            detail += f" | left NaN in {', '.join(raw['poisoned'])} on replica {replicas}"
         if raw["later_fit"] != "works":
             detail += " | a later fit in the same process fails too"
     elif any(not math.isfinite(v) for v in losses):

@@ -41,6 +41,7 @@ def test_conv_crashes_on_an_empty_replica_batch_with_or_without_scale(matrix):
         assert r.outcome == "crash" and "Unable to broadcast tensor of shape [1,1,1,8] to tensor of shape [0,8,8,1]" \
             in r.detail
         assert r.later_fit == "works" and r.nan_copies == 2, "the crash still leaves NaN statistics behind"
+        assert "left NaN in moving_mean, moving_variance on replica 3" in r.detail
 
 
 def test_synchronized_bn_is_no_fix_for_empty_steps_on_conv(matrix):
