@@ -75,7 +75,7 @@ __getattr__ = lazy_attributes(MultiGpuLike=_make_class)
 #: The cross-device reductions MirroredStrategy accepts, and what each does.
 CROSS_DEVICE_OPS = {
     "ReductionToOneDevice": "copy every replica's gradient to one device, add them there, copy the sum back "
-                            "(seed 002's choice; works everywhere, one device becomes the bottleneck)",
+                            "(the choice of the 2020 CSDN post on GPU count x batch size; works everywhere, one device becomes the bottleneck)",
     "HierarchicalCopyAllReduce": "reduce along a fixed tree built for NVIDIA DGX-1 GPU links, then broadcast "
                                  "back the same way (slower than ReductionToOneDevice on other topologies)",
     "NcclAllReduce": "NVIDIA's NCCL all-reduce between GPUs (needs GPUs with NCCL kernels: Linux builds)",

@@ -17,33 +17,63 @@ def scaling_figure(rows: Sequence[dict[str, Any]]):
         mine = [r for r in done if r["devices"] == kind]
         speed.scatter([r["replicas"] for r in mine], [r["samples/s"] for r in mine], label=kind)
         acc.scatter([r["global batch"] for r in mine], [r["val accuracy"] for r in mine], label=kind)
+    from matplotlib.ticker import MaxNLocator, NullFormatter, ScalarFormatter
+
     speed.set(xlabel="replicas", ylabel="samples/s", title="throughput" + (
         " (simulated: shared CPU cores)" if "simulated" in kinds else ""))
+    speed.xaxis.set_major_locator(MaxNLocator(integer=True))          # replica counts are whole numbers
     acc.set(xlabel="global batch", ylabel="validation accuracy", xscale="log", title="accuracy at fixed epochs")
+    batches = sorted({r["global batch"] for r in done})
+    if batches:
+        acc.set_xticks(batches)                                      # the batches run, as plain numbers
+    acc.xaxis.set_major_formatter(ScalarFormatter())
+    acc.xaxis.set_minor_formatter(NullFormatter())
     for ax in (speed, acc):
         ax.grid(alpha=0.3)
+    if done:
+        for ax in (speed, acc):                                      # each point labelled with its run
+            xkey = "replicas" if ax is speed else "global batch"
+            ykey = "samples/s" if ax is speed else "val accuracy"
+            for r in done:
+                ax.annotate(f"{r['replicas']}x{r['per replica']}", (r[xkey], r[ykey]), fontsize=7,
+                            textcoords="offset points", xytext=(4, 3))
+        acc.legend(title="devices", loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)  # outside the data
     fig.tight_layout()
     plt.close(fig)
     return fig
 
 
 def memory_figure(estimate: Any, capacity_gb: float):
-    """Stacked per-device bars (parameters, gradients, optimizer, activations) against a card's memory."""
+    """Per-device totals against a card's memory (left), and the fullest device's parts on a log scale
+    (right), so that a part far smaller than the others is still readable instead of a sliver."""
     import matplotlib.pyplot as plt
 
     parts = ("parameters", "gradients", "optimizer", "activations")
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+    # Constrained layout runs when the figure is drawn, not here: the widget's update stays fast.
+    fig, (ax, parts_ax) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [3, 2]},
+                                       layout="constrained")
     xs = list(range(len(estimate.per_device)))
     bottom = [0.0] * len(xs)
     for part in parts:
         values = [d[part] / 1e9 for d in estimate.per_device]
         ax.bar(xs, values, bottom=bottom, label=part)
         bottom = [b + v for b, v in zip(bottom, values)]
+    for x, total in zip(xs, bottom):
+        ax.annotate(f"{total:.2f}", (x, total), ha="center", va="bottom", fontsize=8)
     ax.axhline(capacity_gb, color="red", linestyle="--", label=f"{capacity_gb:g} GB card")
     ax.set(xticks=xs, xticklabels=[f"device {i}" for i in xs], ylabel="GB",
+           ylim=(0, max(max(bottom), capacity_gb) * 1.15),
            title=f"{estimate.strategy}: {len(xs)} device(s), global batch {estimate.batch_size}")
-    ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=5, fontsize=8, frameon=False)
+    fullest = max(estimate.per_device, key=lambda d: d["total"])
+    values = [max(fullest[part] / 1e9, 1e-9) for part in parts]
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"][:len(parts)]
+    parts_ax.barh(range(len(parts)), values, color=colours)
+    for row, (part, value) in enumerate(zip(parts, values)):
+        parts_ax.annotate(f" {fullest[part] / 1e9:.3g} GB", (value, row), va="center", fontsize=8)
+    parts_ax.set(xscale="log", yticks=range(len(parts)), yticklabels=parts, xlabel="GB (log scale)",
+                 xlim=(min(values) / 3, max(values) * 30), title="fullest device, by part")
+    parts_ax.invert_yaxis()
     plt.close(fig)
     return fig
 
@@ -52,12 +82,13 @@ def scaling_curve_figure(predictions: Any, title: str = ""):
     """Predicted vs ideal samples/s against GPU count."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
     gpus = [p.gpus for p in predictions]
     ax.plot(gpus, [p.ideal_samples_per_s for p in predictions], "--", label="ideal (linear)")
     ax.plot(gpus, [p.samples_per_s for p in predictions], "o-", label="predicted")
     ax.set(xlabel="GPUs", ylabel="samples/s", title=title)
-    ax.legend()
+    ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))      # GPU counts are whole numbers
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)  # outside the data
     ax.grid(alpha=0.3)
     fig.tight_layout()
     plt.close(fig)
@@ -68,11 +99,18 @@ def sweep_figure(plain: Any, scaled: Any):
     """Validation accuracy against global batch, same learning rate vs linear scaling + warm-up."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig, ax = plt.subplots(figsize=(7.5, 3.2))
     ax.plot([b for b, _ in plain], [a for _, a in plain], "o-", label="same learning rate")
     ax.plot([b for b, _ in scaled], [a for _, a in scaled], "s-", label="linear scaling + warm-up")
+    for series, color, dy in ((plain, "C0", -11), (scaled, "C1", 5)):   # label every point; one series below,
+        for b, a in series:                                                # the other above, so labels never overlap
+            ax.annotate(f"{a:.3f}", (b, a), textcoords="offset points", xytext=(4, dy), fontsize=7, color=color)
+    batches = sorted({b for b, _ in plain} | {b for b, _ in scaled})
     ax.set(xscale="log", xlabel="global batch", ylabel="validation accuracy", title="fixed number of epochs")
-    ax.legend()
+    ax.set_xticks(batches, [str(b) for b in batches])               # plain numbers, not 10^2
+    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ax.margins(y=0.15)                                             # room for the labels above the top point
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)  # outside the data
     ax.grid(alpha=0.3)
     fig.tight_layout()
     plt.close(fig)
@@ -88,10 +126,11 @@ def replica_heatmap(report: Any):
     fig, ax = plt.subplots(figsize=(1.2 + 0.9 * report.replicas, 0.8 + 0.35 * len(report.rows)))
     cmap = plt.get_cmap("Greys").with_extremes(bad="red")
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, aspect="auto", vmin=0)
-    ax.set(xticks=range(report.replicas), xticklabels=[f"replica {i}" for i in range(report.replicas)],
+    ax.set(xticks=range(report.replicas), xticklabels=[str(i) for i in range(report.replicas)], xlabel="replica",
            yticks=range(len(report.rows)), yticklabels=[r.path for r in report.rows],
            title="difference from replica 0 (red: NaN/inf)")
-    fig.colorbar(image, ax=ax)
+    ax.tick_params(axis="y", labelsize=8)
+    fig.colorbar(image, ax=ax, label="largest |copy - replica 0's copy|")
     fig.tight_layout()
     plt.close(fig)
     return fig

@@ -122,11 +122,14 @@ class ScalingExplorer:
         self.n_train = len(data.digits().train[0])
         report = current()
         self.rows: list[dict[str, Any]] = []
-        self.replicas = widgets.IntSlider(value=self.n_devices, min=1, max=self.n_devices, description="replicas")
-        self.batch = widgets.BoundedIntText(value=batch, min=1, max=self.n_train, description="batch")
-        self.mode = widgets.ToggleButtons(options=["per replica", "global"], value=mode, description="batch is")
+        wide = {"description_width": "initial"}              # labels in full, never "global bat..."
+        self.replicas = widgets.IntSlider(value=self.n_devices, min=1, max=self.n_devices, description="replicas",
+                                          style=wide)
+        self.batch = widgets.BoundedIntText(value=batch, min=1, max=self.n_train, description="batch", style=wide)
+        self.mode = widgets.ToggleButtons(options=["per replica", "global"], value=mode, description="batch is",
+                                          style=wide)
         self.button = widgets.Button(description="Run", button_style="primary", icon="play")
-        self.progress = widgets.IntProgress(value=0, min=0, max=epochs, description="epochs")
+        self.progress = widgets.IntProgress(value=0, min=0, max=epochs, description="epochs", style=wide)
         self.status = widgets.HTML()
         self.split = widgets.HTML()
         self.table = widgets.HTML(render_rows([]))
@@ -210,18 +213,21 @@ class MemoryExplorer:
     and ``.estimate``.
     """
 
-    def __init__(self, preset: str = "InceptionV3 299x299 (seed 003)", batch: int = 32, devices: int = 2,
+    def __init__(self, preset: str = "InceptionV3 299x299", batch: int = 32, devices: int = 2,
                  strategy: str = "data", capacity_gb: float = 12):
         import ipywidgets as widgets
 
-        from .memory import PRESETS
+        from .memory import PRESET_ALIASES, PRESETS
 
-        self.preset = widgets.Dropdown(options=list(PRESETS), value=preset, description="model")
-        self.batch = widgets.IntSlider(value=batch, min=1, max=256, description="global batch")
-        self.devices = widgets.IntSlider(value=devices, min=1, max=8, description="devices")
+        wide = {"description_width": "initial"}
+        self.preset = widgets.Dropdown(options=list(PRESETS), value=PRESET_ALIASES.get(preset, preset),
+                                       description="model", style=wide, layout=widgets.Layout(width="380px"))
+        self.batch = widgets.IntSlider(value=batch, min=1, max=256, description="global batch", style=wide)
+        self.devices = widgets.IntSlider(value=devices, min=1, max=8, description="devices", style=wide)
         self.strategy = widgets.ToggleButtons(options=["single", "data", "split"], value=strategy,
-                                              description="strategy")
-        self.capacity = widgets.Dropdown(options=[12, 16, 24, 80], value=capacity_gb, description="card (GB)")
+                                              description="strategy", style=wide)
+        self.capacity = widgets.Dropdown(options=[12, 16, 24, 80], value=capacity_gb, description="card (GB)",
+                                         style=wide)
         self.summary = widgets.HTML()
         self.plot = widgets.Output()
         self.estimate = None
@@ -238,6 +244,7 @@ class MemoryExplorer:
         from .plots import memory_figure
 
         devices = 1 if self.strategy.value == "single" else int(self.devices.value)
+        self.devices.disabled = self.strategy.value == "single"   # one device: the slider does nothing
         try:
             self.estimate = estimate_memory(preset_profile(self.preset.value), batch_size=int(self.batch.value),
                                             strategy=self.strategy.value, devices=devices)
@@ -273,10 +280,12 @@ class SplitExplorer:
         self.via = widgets.ToggleButtons(options=[("fit / distribute_dataset", "dataset"),
                                                   ("distribute_datasets_from_function", "function")],
                                          value=via, description="input path", style={"description_width": "initial"})
-        self.n_samples = widgets.BoundedIntText(value=n_samples, min=1, max=10_000_000, description="samples")
+        wide = {"description_width": "initial"}              # labels in full, never "global bat..."
+        self.n_samples = widgets.BoundedIntText(value=n_samples, min=1, max=10_000_000, description="samples",
+                                                style=wide)
         self.global_batch = widgets.IntSlider(value=global_batch, min=1, max=1024, description="global batch",
-                                              style={"description_width": "initial"})
-        self.replicas = widgets.IntSlider(value=replicas, min=1, max=16, description="replicas")
+                                              style=wide)
+        self.replicas = widgets.IntSlider(value=replicas, min=1, max=16, description="replicas", style=wide)
         self.drop = widgets.Checkbox(value=False, description="drop_remainder", indent=False)
         self.output = widgets.HTML()
         for control in (self.n_samples, self.global_batch, self.replicas, self.drop, self.via):
@@ -319,11 +328,14 @@ class ScalingModelExplorer:
 
         from .scaling import LINKS, NETWORKS
 
-        self.network = widgets.Dropdown(options=list(NETWORKS), value=network, description="network")
-        self.link = widgets.Dropdown(options=list(LINKS), value=link, description="link")
-        self.gpus = widgets.IntSlider(value=gpus, min=1, max=64, description="GPUs")
-        self.batch = widgets.IntSlider(value=batch, min=8, max=256, step=8, description="per-GPU batch")
-        self.overlap = widgets.FloatSlider(value=overlap, min=0.0, max=1.0, step=0.05, description="overlap")
+        wide = {"description_width": "initial"}              # labels and link names in full
+        self.network = widgets.Dropdown(options=list(NETWORKS), value=network, description="network", style=wide)
+        self.link = widgets.Dropdown(options=list(LINKS), value=link, description="link", style=wide,
+                                     layout=widgets.Layout(width="330px"))
+        self.gpus = widgets.IntSlider(value=gpus, min=1, max=64, description="GPUs", style=wide)
+        self.batch = widgets.IntSlider(value=batch, min=8, max=256, step=8, description="per-GPU batch", style=wide)
+        self.overlap = widgets.FloatSlider(value=overlap, min=0.0, max=1.0, step=0.05, description="overlap",
+                                           style=wide)
         self.summary = widgets.HTML()
         self.plot = widgets.Output()
         self.predictions: list = []
@@ -341,6 +353,7 @@ class ScalingModelExplorer:
 
         self.predictions = predict_curve(self.network.value, self.link.value, int(self.batch.value),
                                          int(self.gpus.value), float(self.overlap.value))
+        self.link.disabled = self.overlap.disabled = int(self.gpus.value) == 1   # one GPU: nothing to communicate
         self.summary.value = (f"<p>{html.escape(repr(self.predictions[-1]))}</p><p><i>A model of real GPUs "
                               "from the stated assumptions, not a measurement of this machine.</i></p>")
         self.plot.clear_output(wait=True)

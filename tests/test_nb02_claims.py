@@ -273,12 +273,14 @@ def test_scaling_explorer_headless():
         refused = e.run()
         print(json.dumps({"row": row, "refused": refused, "rows": len(e.rows), "table": e.table.value,
                           "split": e.split.value, "status": e.status.value, "preview_s": preview_s,
-                          "progress": [e.progress.value, e.progress.max], "disabled": e.button.disabled}))
+                          "progress": [e.progress.value, e.progress.max], "disabled": e.button.disabled,
+                          "label_widths": [w.style.description_width for w in (e.replicas, e.batch, e.mode)]}))
     """)
     out = last_json(proc)
     assert out["row"]["replicas"] == 2 and out["row"]["global batch"] == 128 and out["row"]["devices"] == "simulated"
     assert 0 < out["row"]["val accuracy"] <= 1
     assert out["refused"]["devices"] == "refused" and out["rows"] == 2
+    assert out["label_widths"] == ["initial"] * 3          # labels shown in full, never "batch i..."
     assert out["table"].count("<tr>") == 3 and "<td>128</td>" in out["table"]
     assert "Keras 3 fit refuses" in out["split"] and "splits unevenly" in out["status"]
     assert out["preview_s"] < 0.5 and not out["disabled"]
@@ -289,3 +291,25 @@ def test_nb02_exercise_checks():
     assert check.nb02_steps_per_epoch(6) and not check.nb02_steps_per_epoch(5)
     assert check.nb02_last_step([40, 40, 40, 38]) and not check.nb02_last_step([40, 40, 40, 40])
     assert "Not answered" in repr(check.nb02_last_step(...))
+
+
+def test_scaling_figure_is_readable():
+    """The explorer's plot: integer ticks for replica counts, the batches run as plain tick labels, each point
+    labelled, the legend outside the axes."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from gputrain_kit.plots import scaling_figure
+
+    rows = [{"replicas": r, "global batch": b, "per replica": b // r, "samples/s": s, "val accuracy": a,
+             "devices": "simulated"} for r, b, s, a in [(1, 64, 9000, 0.9), (2, 128, 5000, 0.85), (4, 512, 2000, 0.7)]]
+    rows.append({"replicas": 3, "global batch": 62, "per replica": 21, "samples/s": None, "val accuracy": None,
+                 "devices": "refused"})
+    fig = scaling_figure(rows)
+    speed, acc = fig.axes
+    fig.canvas.draw()
+    assert all(float(t).is_integer() for t in speed.get_xticks())
+    assert [t.get_text() for t in acc.get_xticklabels()] == ["64", "128", "512"]
+    assert len(acc.texts) == 3 and len(speed.texts) == 3
+    legend = acc.get_legend()
+    box, axes_box = legend.get_window_extent(), acc.get_window_extent()
+    assert box.x0 >= axes_box.x1                          # legend right of the data, not over it

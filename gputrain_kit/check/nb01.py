@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_choice, as_int, verdict
+from ._common import Verdict, as_choice, as_int, as_int_list, verdict
 
 _NUMBER = "Give a whole number, e.g. 3."
 
@@ -38,3 +38,34 @@ def nb01_locking_call(answer: Any) -> Verdict:
     return verdict(answer, choice == "b",
                    "list_logical_devices() initialises the runtime; configure devices before it.",
                    "Look at the probe table above.", form=None if choice is not None else "Answer 'a', 'b' or 'c'.")
+
+
+def nb01_visible_after_drop(answer: Any) -> Verdict:
+    """With CUDA_VISIBLE_DEVICES='5,4gpu,9,2' on an 8-GPU server, which physical GPUs are visible, in
+    TensorFlow's order? (a list)"""
+    values = as_int_list(answer)
+    if values is None:
+        return verdict(answer, False, "", "", form="Give a list of GPU numbers, e.g. [0, 1].")
+    from ..visibility import parse_cuda_visible_devices
+
+    right = list(parse_cuda_visible_devices("5,4gpu,9,2", 8).visible)
+    return verdict(answer, values == right,
+                   f"{right}: '4gpu' is read as 4 (like strtoul), '9' is not a GPU of this server, so parsing "
+                   "stops there and '2' is dropped without an error.",
+                   "Read each entry as the runtime does: a leading number counts, and what happens at the first "
+                   "entry that names no GPU of this server?")
+
+
+def nb01_smi_behind(answer: Any) -> Verdict:
+    """On the explorer's imaginary server (nvidia-smi GPUs 4-7 are the faster model), CUDA_DEVICE_ORDER
+    unset: which nvidia-smi GPU does CUDA_VISIBLE_DEVICES=3 select?"""
+    value = as_int(answer)
+    if value is None:
+        return verdict(answer, False, "", "", form=_NUMBER)
+    from ..visibility import example_fastest_first, parse_cuda_visible_devices
+
+    right = parse_cuda_visible_devices("3", 8, device_order=None, fastest_first=example_fastest_first(8)).smi[0]
+    return verdict(answer, value == right,
+                   f"nvidia-smi GPU {right}: fastest first, CUDA's 0-3 are the fast boards, nvidia-smi's 4-7.",
+                   "Without PCI_BUS_ID, CUDA counts the faster model first. Which nvidia-smi numbers do "
+                   "CUDA's 0, 1, 2, 3 get?")

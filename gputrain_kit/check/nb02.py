@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_int, as_int_list, verdict
+from ._common import Verdict, as_int, as_int_list, as_number, verdict
 
 _NUMBER = "Give a whole number, e.g. 32."
 
@@ -38,3 +38,32 @@ def nb02_last_step(answer: Any) -> Verdict:
     return verdict(answer, values == right, f"{right}: ceil(158 / 4) = 40 per replica, filled in order.",
                    "The last step has 1438 - 5 x 256 samples; each replica takes ceil(samples / 4) in turn.",
                    form=None if values is not None and len(values) == 4 else "Give a list of 4 numbers, e.g. [1, 2, 3, 4].")
+
+
+def nb02_last_step_three(answer: Any) -> Verdict:
+    """32 samples per replica on 3 replicas, 1438 training samples: how is the last step of an epoch split
+    over the replicas? (a list of 3 numbers)"""
+    values = as_int_list(answer)
+    if values is None or len(values) != 3:
+        return verdict(answer, False, "", "", form="Give a list of 3 numbers, e.g. [1, 2, 3].")
+    from ..batching import plan_batches
+
+    right = plan_batches(1438, 32 * 3, 3)[-1]
+    return verdict(answer, values == right,
+                   f"{right}: the global batch is 96, 14 full steps leave 94 samples, ceil(94 / 3) = 32 "
+                   "per replica, filled in order.",
+                   "First the global batch, then how many samples the full steps leave; each replica then takes "
+                   "ceil(left / replicas) in turn.")
+
+
+def nb02_sample_weight(answer: Any) -> Verdict:
+    """A last step of 10 samples split [3, 3, 3, 1] over 4 replicas: with what weight does the sample on
+    replica 3 count in the update? (a number or a fraction such as '1/7')"""
+    value = as_number(answer)
+    if value is None:
+        return verdict(answer, False, "", "", form="Give a number or a fraction, e.g. 0.2 or '1/5'.")
+    right = 1 / (4 * 1)
+    return verdict(answer, abs(value - right) < 1e-6,
+                   "1/4 = 1/(4 replicas x 1 sample): 2.5 times the 1/10 it would count on one device.",
+                   "Each replica averages over its own samples, and the replicas' gradients are summed after each "
+                   "loss is divided by the replica count: what does that leave for a replica holding one sample?")
