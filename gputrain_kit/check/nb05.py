@@ -38,7 +38,7 @@ def nb05_identical_copies(answer: Any) -> Verdict:
     choice = as_choice(answer, ("drop_remainder", "repeat", "pad", "synchronized"))
     return verdict(answer, choice == "synchronized",
                    "Synchronized BatchNormalization computes the statistics over the global batch, "
-                   "so every replica writes the same values.", "Look at the 'spread' column of the fixes table.",
+                   "so every replica writes the same values.", "Which fix computes the statistics over the global batch instead of each replica's slice?",
                    form=None if choice is not None else "Answer 'drop_remainder', 'repeat', 'pad' or 'synchronized'.")
 
 
