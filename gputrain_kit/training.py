@@ -9,17 +9,20 @@ from ._args import require_int
 from .batching import plan_batches
 
 __all__ = ["UnevenBatchError", "RunResult", "strategy_for", "build_digits_model", "train_digits", "distributed_split",
-           "SEED_002_MNIST", "SEED_002_CIFAR10", "SEED_002_SETUP"]
+           "CSDN_2020_MNIST", "CSDN_2020_CIFAR10", "CSDN_2020_SETUP"]
 
 #: The measured table of the CSDN post "keras实现多gpu数据并行训练" (about 2020) (MNIST MLP 784-256-256-10, TF 2.3, real GPUs, ReductionToOneDevice):
 #: (GPUs, global batch, seconds per epoch, test accuracy %).
-SEED_002_MNIST = [(1, 64, 2.0, 97.64), (2, 256, 2.5, 97.47), (3, 384, 2.0, 97.16), (4, 512, 2.0, 96.83)]
+CSDN_2020_MNIST = [(1, 64, 2.0, 97.64), (2, 256, 2.5, 97.47), (3, 384, 2.0, 97.16), (4, 512, 2.0, 96.83)]
 #: The same article on CIFAR-10 (a CNN, 50 epochs).
-SEED_002_CIFAR10 = [(1, 32, 10, 79.85), (1, 128, 4, 77.30), (2, 64, 12, 79.07), (2, 256, 4, 73.90),
+CSDN_2020_CIFAR10 = [(1, 32, 10, 79.85), (1, 128, 4, 77.30), (2, 64, 12, 79.07), (2, 256, 4, 73.90),
                     (3, 96, 14, 78.34), (3, 192, 6, 76.26), (3, 288, 4, 75.08), (3, 384, 3, 72.47),
                     (4, 128, 17, 77.83), (4, 256, 8, 75.48), (4, 512, 3, 72.79)]
-SEED_002_SETUP = ("\"keras实现多gpu数据并行训练\" (Multi-GPU data-parallel training in Keras), CSDN post, about 2020: "
+CSDN_2020_SETUP = ("\"keras实现多gpu数据并行训练\" (Multi-GPU data-parallel training in Keras), CSDN post, about 2020: "
                   "tensorflow-gpu 2.3, real NVIDIA GPUs (model not stated), MirroredStrategy with ReductionToOneDevice")
+
+# The names used before the sources were cited by title.
+SEED_002_MNIST, SEED_002_CIFAR10, SEED_002_SETUP = CSDN_2020_MNIST, CSDN_2020_CIFAR10, CSDN_2020_SETUP
 
 _strategies: dict[int, Any] = {}
 

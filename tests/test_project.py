@@ -80,6 +80,7 @@ def test_learners_see_no_test_plumbing_or_source_numbers(path):
         assert "NBVAL_" not in text, f"nbval marker in a cell source: use the nbval-ignore-output tag\n{text[:80]}"
         found = re.search(r"\bseeds? (?:article )?0\d\d\b|\bseed article\b|\bseeds? 0\d\d and", text, re.I)
         assert not found, f"'{found.group(0)}' in {path.name}: cite the source by title, site or author and year"
+        assert "SEED_0" not in text, f"a 'SEED_0..' name in {path.name}: use the names that cite the source"
         for out in cell.get("outputs", []):
             shown = "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
             assert not re.search(r"\bseed 0\d\d\b", shown, re.I), f"an output of {path.name} says {shown[:80]!r}"
