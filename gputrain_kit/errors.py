@@ -8,6 +8,7 @@ and the tests tell us which notebook to update.
 from __future__ import annotations
 
 import contextlib
+import re
 import textwrap
 from typing import Iterator
 
@@ -92,23 +93,26 @@ def expect_error(*types: type[BaseException], match: str | None = None,
             "behaviour; update the notebook and its test.")
 
 
+#: A TensorFlow status line, e.g. "  (0) INVALID_ARGUMENT:  Unable to broadcast ...": the message, if any,
+#: in group 1.
+_STATUS_LINE = re.compile(r"^\s*(?:\(\d+\)\s+)?[A-Z_]{4,}:\s(?:\s*(.*\S))?")
+
+
 def error_summary(error: BaseException | str, limit: int = 160) -> str:
     """The line of a TensorFlow error that says what went wrong (not 'Graph execution error:'), shortened
     to ``limit`` characters at a word boundary. Of several root errors, the same one is picked every run, and
     parts that vary between runs (collective instance numbers, the device reporting a collective's shape
     mismatch) are left out."""
-    import re
-
     name = type(error).__name__ if isinstance(error, BaseException) else ""
     text = str(error)
     found = []
     lines = text.splitlines()
     for i, line in enumerate(lines):
-        m = re.match(r"^\s*(?:\(\d+\)\s+)?[A-Z_]{4,}:\s+(.*\S)", line)
-        if m:
+        m = _STATUS_LINE.match(line)
+        if m and m.group(1):
             found.append(m.group(1))
         elif (line.strip().startswith("[[") and i and not lines[i - 1].strip().startswith("[[")
-              and not re.match(r"^\s*(?:\(\d+\)\s+)?[A-Z_]{4,}:\s", lines[i - 1])):
+              and not _STATUS_LINE.match(lines[i - 1])):
             j = i - 1   # a single error: its message stands just above the node it names
             while j > 0 and ("previous operation" in lines[j] or "Restart your program" in lines[j]):
                 j -= 1

@@ -154,6 +154,10 @@ def distributed_split(strategy: Any, n_samples: int, global_batch: int, drop_rem
     """
     import tensorflow as tf
 
+    from ._args import require_choice
+    from .batching import VIAS
+
+    require_choice("distributed_split", "via", via, VIAS)
     if via == "function":
         def dataset_fn(context):
             per_replica = context.get_per_replica_batch_size(global_batch)
@@ -161,9 +165,7 @@ def distributed_split(strategy: Any, n_samples: int, global_batch: int, drop_rem
             return ds.batch(per_replica, drop_remainder=drop_remainder)
 
         dist = strategy.distribute_datasets_from_function(dataset_fn)
-    elif via == "dataset":
+    else:
         dist = strategy.experimental_distribute_dataset(
             tf.data.Dataset.range(n_samples).batch(global_batch, drop_remainder=drop_remainder))
-    else:
-        raise ValueError(f"distributed_split: via must be 'dataset' or 'function', got {via!r}.")
     return [[int(t.shape[0]) for t in strategy.experimental_local_results(batch)] for batch in dist]

@@ -60,19 +60,6 @@ def nb00_logical_per_gpu(answer: Any) -> Verdict:
                    form=None if value is not None else "Give a whole number, e.g. 2.")
 
 
-def nb00_physical_cpus(answer: Any) -> Verdict:
-    """A laptop without GPU runs setup(devices=8): how many CPUs does tf.config.list_physical_devices('CPU')
-    list?"""
-    from ..devices import mode_for
-
-    right = len(mode_for(0, 8)[1])
-    value = as_int(answer)
-    return verdict(answer, value == right,
-                   f"{right}: TensorFlow has one CPU device whatever the core count; setup() splits it into 8 "
-                   "logical devices.", "Does setup() add physical devices, or split the ones there are?",
-                   form=None if value is not None else "Give a whole number, e.g. 4.")
-
-
 def nb00_last_gpu_name(answer: Any) -> Verdict:
     """A server with 8 GPUs runs setup(devices=4): the name of the last device it creates."""
     from ..devices import mode_for
