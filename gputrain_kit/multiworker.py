@@ -34,16 +34,18 @@ import tempfile
 import textwrap
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ._args import require_bool, require_int
+from .netns import PrivateNetwork, start_private_network, worker_command
 from .processes import child_environment
 
 __all__ = ["launch_local_workers", "WorkerResult", "LocalRun", "WorkerError", "WorkerFailed",
            "WorkerTimeout", "PortInUseError", "free_ports", "tf_config", "worker_task", "WorkerTask",
-           "report", "chief_or_scratch_dir", "running"]
+           "report", "chief_or_scratch_dir", "running", "ExposedWorkersWarning"]
 
 _MARK = "__gputrain_kit_worker__"
 _HOST = "127.0.0.1"
@@ -82,6 +84,16 @@ class PortInUseError(WorkerError):
     """A port of the cluster is taken by another process."""
 
 
+class ExposedWorkersWarning(UserWarning):
+    """The workers run without a private network: their ports can be reached from other machines."""
+
+
+_EXPOSED = ("the workers' TensorFlow servers will listen on every network interface (0.0.0.0), not only "
+            "127.0.0.1, and TensorFlow's distributed runtime has no authentication: while they run, anyone "
+            "who can reach this machine on those ports can run operations in them. Use a trusted network "
+            "(not a workshop's shared Wi-Fi), or a machine where unprivileged user namespaces are allowed.")
+
+
 # --------------------------------------------------------------------------- results
 @dataclass(frozen=True)
 class WorkerResult:
@@ -105,6 +117,7 @@ class LocalRun:
     workers: list[WorkerResult]
     cluster: dict[str, list[str]]
     seconds: float
+    private_network: bool = False   #: True when the workers ran in a loopback-only network namespace
 
     def __len__(self) -> int:
         return len(self.workers)
@@ -323,7 +336,8 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
                          timeout: float = 120, hide_gpus: bool = True, ports: Sequence[int] | None = None,
                          env: Mapping[str, str] | None = None,
                          log: str | Callable[[int, str], None] | None = "stream",
-                         last_lines: int = 8, grace: float = 0) -> LocalRun:
+                         last_lines: int = 8, grace: float = 0,
+                         private_network: bool | None = None) -> LocalRun:
     """Start ``workers`` processes that form one TensorFlow cluster on 127.0.0.1; return their results.
 
     - ``script_or_function``: a ``.py`` script (run as ``__main__`` with ``args``) or a top-level
@@ -338,6 +352,11 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
       interrupt every worker is killed at once (the others are not left to run into TensorFlow's
       own heartbeat check), then WorkerFailed / WorkerTimeout / PortInUseError is raised naming the
       worker and showing its last ``last_lines`` log lines.
+    - ``private_network``: TensorFlow's servers listen on every interface and have no authentication,
+      so by default (None) the workers run in a private Linux network namespace that has only loopback
+      (``gputrain_kit.netns``): unreachable from other machines. Where the system allows none, an
+      ExposedWorkersWarning says so before they start. True: refuse to start without one
+      (RuntimeError); False: no namespace, with the warning. ``LocalRun.private_network`` says which.
     - ``grace`` (seconds, default 0): after the first failure, how long the other workers may run on
       before they are stopped, so that what TensorFlow does about the failure reaches their logs
       (the error's ``.logs``). They are stopped as soon as they have all ended, within ``timeout``.
@@ -356,6 +375,9 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
         raise ValueError(f"{func}: args must be a list of strings, got {args!r}.")
     if not (log is None or log == "stream" or callable(log)):
         raise ValueError(f"{func}: log must be 'stream', None or a function log(index, line), got {log!r}.")
+    if private_network is not None and not isinstance(private_network, bool):
+        raise TypeError(f"{func}: private_network must be None (isolate where possible), True (required) or "
+                        f"False, got {private_network!r}.")
     emit = _stream_to_stdout if log == "stream" else log
     payload = _payload(func, script_or_function, args, kwargs or {})
 
@@ -388,21 +410,37 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
                              "pass hide_gpus=False to choose the GPUs yourself.")
     base_env = child_environment(func, env, base_env)
 
-    # Checked and built once; only the ports change when a launch is retried.
-    for attempt in range(3):
-        chosen = list(ports) if ports is not None else free_ports(workers)
-        try:
-            return _run_cluster(payload, workers, chosen, base_env, emit, timeout, last_lines, grace)
-        except PortInUseError as err:
-            # A port the kit picked was taken before TensorFlow bound it: pick new ones (twice at most).
-            if ports is not None or not err.pids or attempt == 2:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    network: PrivateNetwork | None = None
+    if private_network is not False:
+        made = start_private_network()
+        if isinstance(made, str):
+            if private_network:
+                raise RuntimeError(f"{func}: private_network=True, but {made}. Pass private_network=None to run "
+                                   f"with a warning instead. Without it, {_EXPOSED}")
+            warnings.warn(f"{func}: {made}, so {_EXPOSED}", ExposedWorkersWarning, stacklevel=2)
+        else:
+            network = made
+    else:
+        warnings.warn(f"{func}: private_network=False, so {_EXPOSED}", ExposedWorkersWarning, stacklevel=2)
+    try:
+        # Checked and built once; only the ports change when a launch is retried.
+        for attempt in range(3):
+            chosen = list(ports) if ports is not None else free_ports(workers)
+            try:
+                return _run_cluster(payload, workers, chosen, base_env, emit, timeout, last_lines, grace, network)
+            except PortInUseError as err:
+                # A port the kit picked was taken before TensorFlow bound it: pick new ones (twice at most).
+                if ports is not None or not err.pids or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+    finally:
+        if network is not None:
+            network.close()
 
 
 def _run_cluster(payload: dict[str, Any], workers: int, ports: list[int], base_env: dict[str, str],
                  emit: Callable[[int, str], None] | None, timeout: float, last_lines: int,
-                 grace: float = 0) -> LocalRun:
+                 grace: float = 0, network: PrivateNetwork | None = None) -> LocalRun:
     """One launch of the cluster on ``ports``; arguments already checked by launch_local_workers."""
     addresses = [f"{_HOST}:{p}" for p in ports]
     cluster = {"worker": addresses}
@@ -467,7 +505,8 @@ def _run_cluster(payload: dict[str, Any], workers: int, ports: list[int], base_e
         for index in range(workers):
             worker_env = dict(base_env, TF_CONFIG=tf_config(addresses, index),
                               GPUTRAIN_LAUNCHER_PID=str(os.getpid()))
-            proc = subprocess.Popen([sys.executable, "-u", "-m", "gputrain_kit._worker", spec.name],
+            command = worker_command(network, [sys.executable, "-u", "-m", "gputrain_kit._worker", spec.name])
+            proc = subprocess.Popen(command,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     text=True, errors="replace", env=worker_env, start_new_session=True)
             procs.append(proc)
@@ -542,4 +581,4 @@ def _run_cluster(payload: dict[str, Any], workers: int, ports: list[int], base_e
             pass
     results = [WorkerResult(i, procs[i].pid, ports[i], procs[i].returncode, values[i], logs[i])
                for i in range(workers)]
-    return LocalRun(results, cluster, time.monotonic() - start)
+    return LocalRun(results, cluster, time.monotonic() - start, network is not None)

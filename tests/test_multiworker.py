@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 
 import numpy as np
@@ -311,7 +312,9 @@ def test_port_taken_between_check_and_bind_is_named(monkeypatch):
         port = busy.getsockname()[1]
         monkeypatch.setattr(mw, "_port_is_free", lambda p, host="": True)
         with pytest.raises(mw.PortInUseError, match=rf"port {port} was taken") as info:
-            mw.launch_local_workers(train, 2, ports=[port, mw.free_ports(1)[0]], log=None, timeout=60)
+            with pytest.warns(mw.ExposedWorkersWarning):    # a clash needs the host's network
+                mw.launch_local_workers(train, 2, ports=[port, mw.free_ports(1)[0]], log=None, timeout=60,
+                                        private_network=False)
         assert mw.running(info.value.pids) == []
 
 
@@ -327,7 +330,8 @@ def test_a_picked_port_taken_before_tensorflow_binds_it_is_retried(monkeypatch):
         picks = [[busy.getsockname()[1], mw.free_ports(1)[0]]]
         real = mw.free_ports
         monkeypatch.setattr(mw, "free_ports", lambda n, host="": picks.pop() if picks else real(n))
-        run = mw.launch_local_workers(joins, 2, log=None, timeout=90)
+        with pytest.warns(mw.ExposedWorkersWarning):
+            run = mw.launch_local_workers(joins, 2, log=None, timeout=90, private_network=False)
     assert run.results == [2, 2] and not picks
 
 
@@ -571,3 +575,76 @@ print(json.dumps(out))
     assert got["replicas"] == 1 and got["batch"] == [64, 64]
     assert got["variable"] == "MirroredVariable" and got["paths"] == ["digits_mlp"]
     assert got["first_is_mean"] and got["falls"]
+
+
+# --------------------------------------------------------------------------- network exposure
+def serves_briefly():
+    import time
+    import tensorflow as tf
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()   # its gRPC server is up from here on
+    print("listening", flush=True)
+    time.sleep(1.5)
+    return strategy.num_replicas_in_sync
+
+
+def _listening_during(private_network):
+    """Run two workers; while they serve, read the host's listening sockets (never by connecting)."""
+    from gputrain_kit import netns
+    seen: list[tuple[str, int]] = []
+
+    def on_line(index, line):
+        if line == "listening":
+            seen.extend(netns.listening_sockets())
+
+    run = mw.launch_local_workers(serves_briefly, 2, log=on_line, timeout=90, private_network=private_network)
+    assert run.results == [2, 2]
+    ports = {w.port for w in run}
+    return run, [(address, port) for address, port in seen if port in ports]
+
+
+def _loopback(address: str) -> bool:
+    import ipaddress
+    return ipaddress.ip_address(address).is_loopback
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="network namespaces are Linux-only")
+def test_workers_listen_on_no_host_address_in_their_private_network():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", mw.ExposedWorkersWarning)   # isolation works here: no warning
+        run, listening = _listening_during(None)
+    assert run.private_network
+    assert [a for a, _ in listening if not _loopback(a)] == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/net/tcp is Linux-only")
+def test_without_the_private_network_the_ports_are_open_to_all_and_a_warning_says_so():
+    with pytest.warns(mw.ExposedWorkersWarning, match=r"every network interface.*no authentication"):
+        run, listening = _listening_during(False)
+    assert not run.private_network
+    exposed = {port for address, port in listening if not _loopback(address)}
+    assert exposed == {w.port for w in run}           # what the private network prevents
+
+
+def test_private_network_required_but_unavailable_refuses_before_starting(monkeypatch):
+    monkeypatch.setattr(mw, "start_private_network", lambda: "a private network namespace could not be made: test")
+    with pytest.raises(RuntimeError, match=r"private_network=True, but a private network namespace could not"):
+        mw.launch_local_workers(train, 2, log=None, private_network=True)
+    with pytest.warns(mw.ExposedWorkersWarning, match="could not be made: test, so the workers"):
+        with pytest.raises(mw.WorkerFailed):
+            mw.launch_local_workers(exits, 1, log=None, timeout=60)
+
+
+def test_private_network_argument_is_checked():
+    with pytest.raises(TypeError, match=r"private_network must be None.*got 'yes'"):
+        mw.launch_local_workers(train, 2, private_network="yes")
+
+
+def test_listening_sockets_reads_a_socket_of_this_process():
+    from gputrain_kit import netns
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert ("127.0.0.1", port) in netns.listening_sockets()
+    assert ("127.0.0.1", port) not in netns.listening_sockets()
