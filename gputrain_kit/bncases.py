@@ -25,6 +25,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from ._args import short as _short
 from ._args import require_choice, require_int
 from .processes import child_environment
 
@@ -78,7 +79,7 @@ class Matrix:
         for r in self.results:
             if r.case == (model, bn, batching):
                 return r
-        raise KeyError(f"Matrix.outcome: no case ({model!r}, {bn!r}, {batching!r}) was run.")
+        raise KeyError(f"Matrix.outcome: no case ({_short(model)}, {_short(bn)}, {_short(batching)}) was run.")
 
     def __repr__(self) -> str:
         head = f"{'model':<6} {'BatchNorm':<13} {'batches':<16} {'outcome':<11} what you see"
@@ -188,7 +189,7 @@ def _check(func: str, cases: Iterable[tuple[str, str, str]] | None, epochs: Any,
     cases = [tuple(c) for c in (DEFAULT_CASES if cases is None else cases)]
     for case in cases:
         if len(case) != 3:
-            raise ValueError(f"{func}: each case is (model, bn, batching), got {case!r}.")
+            raise ValueError(f"{func}: each case is (model, bn, batching), got {_short(case)}.")
         require_choice(func, "model", case[0], MODELS)
         require_choice(func, "bn", case[1], BN_SETTINGS)
         require_choice(func, "batching", case[2], BATCHINGS)

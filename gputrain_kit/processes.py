@@ -5,6 +5,8 @@ process, so experiments with other values must run in a child.
 """
 from __future__ import annotations
 
+from ._args import short as _short
+
 import json
 import os
 import subprocess
@@ -30,12 +32,12 @@ def child_environment(func: str, env: Mapping[str, str | None] | None,
     merged = dict(os.environ if base is None else base)
     for key, value in (env or {}).items():
         if not isinstance(key, str) or not key:
-            raise ValueError(f"{func}: environment names are strings, got {key!r}.")
+            raise ValueError(f"{func}: environment names are strings, got {_short(key)}.")
         if value is None:
             merged.pop(key, None)
         elif not isinstance(value, str):
-            raise ValueError(f"{func}: environment values are strings (None removes one), got {key}={value!r}; "
-                             f"write {key}={str(value)!r}.")
+            raise ValueError(f"{func}: environment values are strings (None removes one), got {key}={_short(value)}; "
+                             f"write {key}={_short(str(value))}.")
         else:
             merged[key] = value
     return merged

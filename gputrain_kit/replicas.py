@@ -9,6 +9,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ._args import short as _short
 from ._lazy import lazy_attributes
 from .batching import plan_batches, plan_verdict, empty_slots
 
@@ -123,7 +124,7 @@ def _make_callback():
         def __init__(self, strategy: Any = None, tolerance: float | None = None, on_problem: str = "raise"):
             super().__init__()
             if on_problem not in ("raise", "warn"):
-                raise ValueError(f"ReplicaHealth: on_problem must be 'raise' or 'warn', got {on_problem!r}.")
+                raise ValueError(f"ReplicaHealth: on_problem must be 'raise' or 'warn', got {_short(on_problem)}.")
             self.strategy, self.tolerance, self.on_problem = strategy, tolerance, on_problem
             self.reports: list[ReplicaReport] = []
 

@@ -7,6 +7,8 @@ clear error that lists every variable that was not loaded, and leaves the model 
 """
 from __future__ import annotations
 
+from ._args import short as _short
+
 import os
 import tempfile
 import warnings
@@ -35,7 +37,7 @@ def _check_path(func: str, path: Any) -> Path:
     path = Path(os.fspath(path))
     if not path.name.endswith(_SUFFIXES):
         raise ValueError(f"{func}: the file name must end with .weights.h5 (weights) or .keras (whole model), "
-                         f"got {path.name!r}.")
+                         f"got {_short(path.name)}.")
     return path
 
 
