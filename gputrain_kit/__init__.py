@@ -5,12 +5,14 @@ package does not import TensorFlow; ``setup()`` does, quietly.
 """
 from __future__ import annotations
 
-from . import (bncases, bntrap, branches, check, checkpoints, counting, data, feeding, lrscaling, memory, multiworker,
-               parallel, pipeline, placement, plots, processes, replicas, saving, scaling, training, visibility, widgets)
+from . import (bncases, bntrap, branches, check, checkpoints, counting, data, explainer, feeding, lrscaling, memory,
+               multiworker, netns, parallel, pipeline, placement, plots, processes, replicas, saving, scaling, training,
+               visibility, widgets)
 from .replicas import ReplicaHealthError, check_batch_plan, replica_report
 from .batching import plan_batches
 from .devices import SetupError, SetupReport, current, device_names, inventory, setup
 from .errors import error_summary, expect_error
+from .explainer import ExplainedError, Explanation, explain, explain_errors
 from .memory import estimate_memory
 from .multiworker import PortInUseError, WorkerError, WorkerFailed, WorkerTimeout, launch_local_workers
 from .saving import load_verified, save_verified
@@ -21,6 +23,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "setup", "device_names", "inventory", "current", "plan_batches", "expect_error", "error_summary", "bncases",
+    "explain", "explain_errors", "Explanation", "ExplainedError", "explainer", "netns",
     "parse_cuda_visible_devices", "estimate_memory", "branches", "memory", "pipeline",
     "save_verified", "load_verified", "saving", "checkpoints",
     "scaling_model", "scaling", "feeding", "lrscaling",

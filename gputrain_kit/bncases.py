@@ -25,8 +25,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from ._args import short as _short
-from ._args import require_choice, require_int
+from ._args import require_choice, require_int, short
 from .processes import child_environment
 
 __all__ = ["MODELS", "BN_SETTINGS", "BATCHINGS", "DEFAULT_CASES", "CaseResult", "Matrix", "run_cases", "start_cases",
@@ -79,7 +78,7 @@ class Matrix:
         for r in self.results:
             if r.case == (model, bn, batching):
                 return r
-        raise KeyError(f"Matrix.outcome: no case ({_short(model)}, {_short(bn)}, {_short(batching)}) was run.")
+        raise KeyError(f"Matrix.outcome: no case ({short(model)}, {short(bn)}, {short(batching)}) was run.")
 
     def __repr__(self) -> str:
         head = f"{'model':<6} {'BatchNorm':<13} {'batches':<16} {'outcome':<11} what you see"
@@ -189,7 +188,7 @@ def _check(func: str, cases: Iterable[tuple[str, str, str]] | None, epochs: Any,
     cases = [tuple(c) for c in (DEFAULT_CASES if cases is None else cases)]
     for case in cases:
         if len(case) != 3:
-            raise ValueError(f"{func}: each case is (model, bn, batching), got {_short(case)}.")
+            raise ValueError(f"{func}: each case is (model, bn, batching), got {short(case)}.")
         require_choice(func, "model", case[0], MODELS)
         require_choice(func, "bn", case[1], BN_SETTINGS)
         require_choice(func, "batching", case[2], BATCHINGS)

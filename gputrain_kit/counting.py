@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Sequence
 
-from ._args import short as _short
+from ._args import short
 from .processes import run_child
 
 __all__ = ["LOCK_PROBES", "LockProbe", "probe_locks", "gpus_seen", "late_visibility_change"]
@@ -68,7 +68,7 @@ def probe_locks(calls: Sequence[str] | None = None) -> list[LockProbe]:
     names = list(LOCK_PROBES) if calls is None else list(calls)
     unknown = [c for c in names if c not in LOCK_PROBES]
     if unknown:
-        raise ValueError(f"probe_locks: unknown call {_short(unknown[0])}; choose from {list(LOCK_PROBES)}.")
+        raise ValueError(f"probe_locks: unknown call {short(unknown[0])}; choose from {list(LOCK_PROBES)}.")
     results = _parallel([lambda c=c: run_child(_PROBE.format(call=LOCK_PROBES[c])) for c in names])
     return [LockProbe(c, r.values["split"], r.values["visible"]) for c, r in zip(names, results)]
 
@@ -97,5 +97,5 @@ report(before=before, after=after, physical_after=len(tf.config.list_physical_de
 def late_visibility_change(new_value: str = "") -> dict[str, int]:
     """In a fresh process: count GPUs, set CUDA_VISIBLE_DEVICES, count again. The count does not change."""
     if not isinstance(new_value, str):
-        raise ValueError(f"late_visibility_change: new_value must be a string, got {_short(new_value)}.")
+        raise ValueError(f"late_visibility_change: new_value must be a string, got {short(new_value)}.")
     return run_child(_LATE.format(new=new_value)).values

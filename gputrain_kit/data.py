@@ -11,8 +11,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._args import short as _short
-from ._args import require_bool, require_fraction, require_int
+from ._args import require_bool, require_fraction, require_int, short
 
 __all__ = ["Split", "digits", "synthetic", "to_datasets"]
 
@@ -86,7 +85,7 @@ def synthetic(n_samples: int = 1024, *, n_features: int = 16, n_classes: int = 4
     n_features = require_int(func, "n_features", n_features, minimum=1)
     n_classes = require_int(func, "n_classes", n_classes, minimum=2)
     if isinstance(noise, bool) or not isinstance(noise, (int, float)) or noise < 0:
-        raise ValueError(f"{func}: noise must be a number >= 0, got {_short(noise)}.")
+        raise ValueError(f"{func}: noise must be a number >= 0, got {short(noise)}.")
     validation_fraction = require_fraction(func, "validation_fraction", validation_fraction)
     seed = require_int(func, "seed", seed, minimum=0)
     rng = np.random.default_rng(seed)

@@ -12,15 +12,14 @@ from __future__ import annotations
 import numbers
 from typing import Any, Sequence
 
-from ._args import short as _short
-from ._args import require_int
+from ._args import require_int, short
 
 __all__ = ["linear_scaled_lr", "warmup_schedule", "batch_sweep", "first_steps"]
 
 
 def _positive(func: str, name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError(f"{func}: {name} must be a positive number, got {_short(value)}.")
+        raise ValueError(f"{func}: {name} must be a positive number, got {short(value)}.")
     return float(value)
 
 
@@ -80,7 +79,7 @@ def batch_sweep(batches: Sequence[int], *, epochs: int = 10, base_lr: float = 0.
     from . import data
 
     if isinstance(warmup_epochs, bool) or not isinstance(warmup_epochs, numbers.Real) or warmup_epochs < 0:
-        raise ValueError(f"batch_sweep: warmup_epochs must be a number >= 0, got {_short(warmup_epochs)}.")
+        raise ValueError(f"batch_sweep: warmup_epochs must be a number >= 0, got {short(warmup_epochs)}.")
     (x, y), (xv, yv) = data.digits(seed=seed)
     results = []
     for batch in batches:

@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Sequence
 
-from ._args import short as _short
-from ._args import require_choice, require_int
+from ._args import require_choice, require_int, short
 
 __all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "split_layers", "preset_profile",
            "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "measure_training_step"]
@@ -106,7 +105,7 @@ def preset_profile(name: str) -> list[LayerStat]:
     """
     key = PRESETS.get(PRESET_ALIASES.get(name, name), name)
     if key not in PRESETS.values():
-        raise ValueError(f"preset_profile: unknown preset {_short(name)}; choose from {list(PRESETS)}.")
+        raise ValueError(f"preset_profile: unknown preset {short(name)}; choose from {list(PRESETS)}.")
     if key == "dense_stack":
         return dense_stack_profile(24, 8192)
     table = json.loads(resources.files("gputrain_kit").joinpath("presets.json").read_text())

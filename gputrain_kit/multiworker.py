@@ -39,8 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ._args import short as _short
-from ._args import require_bool, require_int
+from ._args import require_bool, require_int, short
 from .netns import PrivateNetwork, start_private_network, worker_command
 from .processes import child_environment
 
@@ -205,7 +204,7 @@ def tf_config(workers: Sequence[str], index: int) -> str:
     for address in workers:
         host, _, port = str(address).rpartition(":")
         if not host or not port.isdigit():
-            raise ValueError(f"tf_config: {_short(address)} is not 'host:port'; write e.g. 'gpu-a:12345'.")
+            raise ValueError(f"tf_config: {short(address)} is not 'host:port'; write e.g. 'gpu-a:12345'.")
     if len(set(workers)) != len(workers):
         raise ValueError(f"tf_config: addresses must be distinct, got {list(workers)}.")
     index = require_int("tf_config", "index", index, minimum=0, maximum=len(workers) - 1)
@@ -267,7 +266,7 @@ def _payload(func: str, target: Any, args: Sequence[str], kwargs: Mapping[str, A
     if callable(target):
         name = getattr(target, "__name__", "")
         if name == "<lambda>" or not inspect.isfunction(target):
-            raise ValueError(f"{func}: pass a function defined with `def` (or a script path), got {_short(target)}.")
+            raise ValueError(f"{func}: pass a function defined with `def` (or a script path), got {short(target)}.")
         if target.__code__.co_freevars:
             raise ValueError(
                 f"{func}: {name}() uses variables of an enclosing function "
@@ -289,7 +288,7 @@ def _payload(func: str, target: Any, args: Sequence[str], kwargs: Mapping[str, A
     if isinstance(target, (str, os.PathLike)):
         path = Path(target)
         if path.suffix != ".py" or not path.is_file():
-            raise ValueError(f"{func}: {_short(str(target))} is not an existing .py script; pass a script path "
+            raise ValueError(f"{func}: {short(str(target))} is not an existing .py script; pass a script path "
                              "or a function.")
         if kwargs:
             raise ValueError(f"{func}: kwargs= is for functions; pass a script's arguments as args=[...].")
@@ -367,24 +366,24 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
     hide_gpus = require_bool(func, "hide_gpus", hide_gpus)
     last_lines = require_int(func, "last_lines", last_lines, minimum=1, maximum=200)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"{func}: timeout must be a positive number of seconds, got {_short(timeout)}.")
+        raise ValueError(f"{func}: timeout must be a positive number of seconds, got {short(timeout)}.")
     if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not grace >= 0:
-        raise ValueError(f"{func}: grace must be a number of seconds, 0 or more, got {_short(grace)}.")
+        raise ValueError(f"{func}: grace must be a number of seconds, 0 or more, got {short(grace)}.")
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise ValueError(f"{func}: kwargs must be a dict of keyword arguments, got {type(kwargs).__name__}.")
     if isinstance(args, str) or not isinstance(args, Sequence):
-        raise ValueError(f"{func}: args must be a list of strings, got {_short(args)}.")
+        raise ValueError(f"{func}: args must be a list of strings, got {short(args)}.")
     if not (log is None or log == "stream" or callable(log)):
-        raise ValueError(f"{func}: log must be 'stream', None or a function log(index, line), got {_short(log)}.")
+        raise ValueError(f"{func}: log must be 'stream', None or a function log(index, line), got {short(log)}.")
     if private_network is not None and not isinstance(private_network, bool):
         raise TypeError(f"{func}: private_network must be None (isolate where possible), True (required) or "
-                        f"False, got {_short(private_network)}.")
+                        f"False, got {short(private_network)}.")
     emit = _stream_to_stdout if log == "stream" else log
     payload = _payload(func, script_or_function, args, kwargs or {})
 
     if ports is not None:
         if isinstance(ports, (str, bytes)) or not isinstance(ports, Sequence):
-            raise ValueError(f"{func}: ports must be a list of {workers} port numbers, got {_short(ports)}.")
+            raise ValueError(f"{func}: ports must be a list of {workers} port numbers, got {short(ports)}.")
         ports = [require_int(func, "each port", p, minimum=1024, maximum=65535) for p in ports]
         if len(ports) != workers or len(set(ports)) != workers:
             raise ValueError(f"{func}: ports must be {workers} distinct port numbers (one per worker), "

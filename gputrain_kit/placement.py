@@ -1,11 +1,11 @@
 """Where variables live and where computation runs: readable device names for the notebooks."""
 from __future__ import annotations
 
-from ._args import short as _short
-
 import contextlib
 import logging
 from typing import Any, Callable, Iterator
+
+from ._args import short
 
 __all__ = ["short_device", "variable_devices", "replica_devices", "run_on_replicas"]
 
@@ -13,7 +13,7 @@ __all__ = ["short_device", "variable_devices", "replica_devices", "run_on_replic
 def short_device(name: str) -> str:
     """'/job:localhost/replica:0/task:0/device:CPU:3' -> 'CPU:3' ('' stays '' = not pinned)."""
     if not isinstance(name, str):
-        raise ValueError(f"short_device: expected a device name string, got {_short(name)}.")
+        raise ValueError(f"short_device: expected a device name string, got {short(name)}.")
     return name.rsplit("device:", 1)[-1] if "device:" in name else name
 
 

@@ -5,8 +5,6 @@ process, so experiments with other values must run in a child.
 """
 from __future__ import annotations
 
-from ._args import short as _short
-
 import json
 import os
 import subprocess
@@ -14,6 +12,8 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from typing import Any, Mapping
+
+from ._args import short
 
 __all__ = ["ChildResult", "ChildError", "run_child", "child_environment"]
 
@@ -32,12 +32,12 @@ def child_environment(func: str, env: Mapping[str, str | None] | None,
     merged = dict(os.environ if base is None else base)
     for key, value in (env or {}).items():
         if not isinstance(key, str) or not key:
-            raise ValueError(f"{func}: environment names are strings, got {_short(key)}.")
+            raise ValueError(f"{func}: environment names are strings, got {short(key)}.")
         if value is None:
             merged.pop(key, None)
         elif not isinstance(value, str):
-            raise ValueError(f"{func}: environment values are strings (None removes one), got {key}={_short(value)}; "
-                             f"write {key}={_short(str(value))}.")
+            raise ValueError(f"{func}: environment values are strings (None removes one), got {key}={short(value)}; "
+                             f"write {key}={short(str(value))}.")
         else:
             merged[key] = value
     return merged

@@ -5,11 +5,12 @@ Reading every copy needs the Keras variable's backing ``tf.Variable``: ``variabl
 """
 from __future__ import annotations
 
+import numbers
 import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ._args import short as _short
+from ._args import ArgumentTypeError, short, typed
 from ._lazy import lazy_attributes
 from .batching import plan_batches, plan_verdict, empty_slots
 
@@ -64,15 +65,49 @@ class ReplicaReport:
         return "\n".join(lines)
 
 
+def _require_strategy(func: str, strategy: Any) -> None:
+    if not hasattr(strategy, "experimental_local_results"):
+        raise ArgumentTypeError(
+            f"{func}: strategy must be a tf.distribute strategy object, got {typed(strategy)}. Pass the object "
+            "the model was built under, e.g. strategy = tf.distribute.MirroredStrategy(), or "
+            "model.distribute_strategy.")
+
+
+def _strategy_name(strategy: Any) -> str:
+    name = type(strategy).__name__
+    return "the default strategy (no strategy.scope())" if name == "_DefaultDistributionStrategy" else name
+
+
 def replica_report(model: Any, strategy: Any, variables: Sequence[Any] | None = None) -> ReplicaReport:
-    """Every replica's copy of every variable of ``model``: finite or not, difference from replica 0."""
+    """Every replica's copy of every variable of ``model``: finite or not, difference from replica 0.
+
+    ``strategy`` must be the one the model was built under (``model.distribute_strategy``): a model
+    built outside ``strategy.scope()`` has one copy per variable, and the report says so instead of
+    showing a healthy one-replica table.
+    """
     import numpy as np
 
-    if not hasattr(strategy, "experimental_local_results"):
-        raise ValueError(f"replica_report: expected a tf.distribute strategy, got {type(strategy).__name__}.")
+    func = "replica_report"
+    if not hasattr(model, "weights"):
+        raise ArgumentTypeError(f"{func}: model must be a Keras model (or layer), got {typed(model)}. "
+                                "Call replica_report(model, strategy).")
+    _require_strategy(func, strategy)
     variables = list(model.weights if variables is None else variables)
     if not variables:
-        raise ValueError("replica_report: the model has no variables yet: build or train it first.")
+        raise ValueError(f"{func}: the model has no variables yet: build or train it first.")
+    built_under = getattr(model, "distribute_strategy", None)
+    expected = getattr(strategy, "num_replicas_in_sync", None)
+    copies_of_first = len(strategy.experimental_local_results(getattr(variables[0], "value", variables[0])))
+    if expected and copies_of_first != expected:
+        raise ValueError(
+            f"{func}: the strategy given has {expected} replicas, but the model's variables have "
+            f"{copies_of_first} cop{'y' if copies_of_first == 1 else 'ies'}: the model was built under "
+            f"{_strategy_name(built_under)}, not under the {_strategy_name(strategy)} given. Build the model "
+            "inside `with strategy.scope():`, or pass model.distribute_strategy.")
+    if built_under is not None and built_under is not strategy:
+        warnings.warn(f"{func}: the model was built under another {_strategy_name(built_under)} object than "
+                      f"the {_strategy_name(strategy)} given; the report reads the copies the model holds. "
+                      "Pass model.distribute_strategy to be sure.", RuntimeWarning, stacklevel=2)
     rows = []
     for v in variables:
         copies = [c.numpy() for c in strategy.experimental_local_results(getattr(v, "value", v))]
@@ -124,7 +159,16 @@ def _make_callback():
         def __init__(self, strategy: Any = None, tolerance: float | None = None, on_problem: str = "raise"):
             super().__init__()
             if on_problem not in ("raise", "warn"):
-                raise ValueError(f"ReplicaHealth: on_problem must be 'raise' or 'warn', got {_short(on_problem)}.")
+                raise ValueError(f"ReplicaHealth: on_problem must be 'raise' or 'warn', got {short(on_problem)}.")
+            if strategy is not None:
+                _require_strategy("ReplicaHealth", strategy)
+            if tolerance is not None:
+                if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real):
+                    raise ArgumentTypeError(f"ReplicaHealth: tolerance must be a number (the largest difference "
+                                            f"allowed between replicas' copies) or None, got {typed(tolerance)}. "
+                                            "Pass e.g. tolerance=1e-6.")
+                if not tolerance >= 0:
+                    raise ValueError(f"ReplicaHealth: tolerance must be 0 or more, got {tolerance}.")
             self.strategy, self.tolerance, self.on_problem = strategy, tolerance, on_problem
             self.reports: list[ReplicaReport] = []
 

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._args import short as _short
-from ._args import require_int
+from ._args import require_int, short
 
 __all__ = ["Link", "LINKS", "NETWORKS", "ScalingPrediction", "scaling_model", "predict_curve", "ASSUMPTIONS"]
 
@@ -81,7 +80,7 @@ class ScalingPrediction:
 def _positive(name: str, value: float, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"scaling_model: {name} must be a {'non-negative' if allow_zero else 'positive'} number, "
-                         f"got {_short(value)}.")
+                         f"got {short(value)}.")
     return float(value)
 
 
@@ -99,7 +98,7 @@ def scaling_model(gpus: int, *, compute_time_per_sample: float, gradient_bytes: 
     bw = _positive("bandwidth", bandwidth)
     lat = _positive("latency", latency, allow_zero=True)
     if isinstance(overlap, bool) or not isinstance(overlap, (int, float)) or not 0 <= overlap <= 1:
-        raise ValueError(f"scaling_model: overlap must be between 0 and 1, got {_short(overlap)}.")
+        raise ValueError(f"scaling_model: overlap must be between 0 and 1, got {short(overlap)}.")
     ceiling = float("inf") if input_ceiling is None else _positive("input_ceiling", input_ceiling)
 
     compute = per_gpu_batch * t_sample
@@ -128,9 +127,9 @@ NETWORKS = {
 def predict_curve(network: str, link: str, per_gpu_batch: int, max_gpus: int, overlap: float = 0.1):
     """Predictions for 1..max_gpus GPUs of a NETWORKS entry over a LINKS entry."""
     if network not in NETWORKS:
-        raise ValueError(f"predict_curve: unknown network {_short(network)}; choose from {list(NETWORKS)}.")
+        raise ValueError(f"predict_curve: unknown network {short(network)}; choose from {list(NETWORKS)}.")
     if link not in LINKS:
-        raise ValueError(f"predict_curve: unknown link {_short(link)}; choose from {list(LINKS)}.")
+        raise ValueError(f"predict_curve: unknown link {short(link)}; choose from {list(LINKS)}.")
     params, rate = NETWORKS[network]
     chosen = LINKS[link]
     return [scaling_model(n, compute_time_per_sample=1 / rate, gradient_bytes=4 * params,

@@ -41,13 +41,13 @@ child process with TensorFlow and calls ``nvidia-smi`` (GPU machines only).
 """
 from __future__ import annotations
 
-from ._args import short as _short
-
 import hashlib
 import html
 import numbers
 from dataclasses import dataclass, replace
 from typing import Sequence
+
+from ._args import short
 
 __all__ = ["parse_cuda_visible_devices", "Visibility", "Entry", "example_uuids", "DEVICE_ORDERS", "cuda_numbering",
            "example_fastest_first", "normalise_bus_id", "measured_numbering"]
@@ -174,21 +174,21 @@ def cuda_numbering(n: int, device_order: str | None = None,
     :func:`measured_numbering` reads them); without it every entry is None (unknown).
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
-        raise ValueError(f"cuda_numbering: n must be a GPU count >= 0, got {_short(n)}.")
+        raise ValueError(f"cuda_numbering: n must be a GPU count >= 0, got {short(n)}.")
     if device_order is not None and device_order not in DEVICE_ORDERS:
         raise ValueError(f"CUDA_DEVICE_ORDER must be unset (None), 'FASTEST_FIRST' or 'PCI_BUS_ID', "
-                         f"got {_short(device_order)}.")
+                         f"got {short(device_order)}.")
     if device_order == "PCI_BUS_ID":
         return tuple(range(n))
     if fastest_first is None:
         return (None,) * n
     if isinstance(fastest_first, str) or not isinstance(fastest_first, Sequence):
-        raise ValueError(f"fastest_first must list nvidia-smi's GPU indices in CUDA's order, got {_short(fastest_first)}.")
+        raise ValueError(f"fastest_first must list nvidia-smi's GPU indices in CUDA's order, got {short(fastest_first)}.")
     order = list(fastest_first)
     if (any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in order)
             or sorted(order) != list(range(n))):
         raise ValueError(f"fastest_first must contain each nvidia-smi index 0..{n - 1} exactly once, "
-                         f"got {_short(fastest_first)}.")
+                         f"got {short(fastest_first)}.")
     return tuple(int(i) for i in order)
 
 
@@ -206,15 +206,15 @@ def normalise_bus_id(text: str) -> str:
     """One spelling of a PCI bus ID: nvidia-smi's ``00000000:3B:00.0`` and TensorFlow's
     ``0000:3b:00.0`` both become ``0000:3b:00.0``."""
     if not isinstance(text, str):
-        raise ValueError(f"normalise_bus_id: expected a PCI bus ID string, got {_short(text)}.")
+        raise ValueError(f"normalise_bus_id: expected a PCI bus ID string, got {short(text)}.")
     parts = text.strip().lower().split(":")
     if len(parts) != 3 or "." not in parts[2]:
-        raise ValueError(f"normalise_bus_id: {_short(text)} is not a PCI bus ID like '0000:3b:00.0'.")
+        raise ValueError(f"normalise_bus_id: {short(text)} is not a PCI bus ID like '0000:3b:00.0'.")
     try:
         domain, bus = int(parts[0], 16), int(parts[1], 16)
         device, function = (int(x, 16) for x in parts[2].split("."))
     except ValueError:
-        raise ValueError(f"normalise_bus_id: {_short(text)} is not a PCI bus ID like '0000:3b:00.0'.") from None
+        raise ValueError(f"normalise_bus_id: {short(text)} is not a PCI bus ID like '0000:3b:00.0'.") from None
     return f"{domain:04x}:{bus:02x}:{device:02x}.{function:x}"
 
 
@@ -240,7 +240,7 @@ def measured_numbering(device_order: str | None = None) -> list[tuple[str, int, 
 
     if device_order is not None and device_order not in DEVICE_ORDERS:
         raise ValueError(f"measured_numbering: device_order must be None, 'FASTEST_FIRST' or 'PCI_BUS_ID', "
-                         f"got {_short(device_order)}.")
+                         f"got {short(device_order)}.")
     values = run_child(_MEASURE, env={"CUDA_DEVICE_ORDER": device_order,
                                       "TF_FORCE_GPU_ALLOW_GROWTH": "true"}).values
     by_bus = {normalise_bus_id(bus): (int(index), name) for index, bus, name in values["smi"]}
@@ -280,11 +280,11 @@ def _check_physical(physical: int | Sequence[str]) -> tuple[int, list[str] | Non
         return int(physical), None
     if isinstance(physical, str) or not isinstance(physical, Sequence):
         raise ValueError("physical must be a GPU count (e.g. 8) or a list of GPU UUIDs as printed by "
-                         f"`nvidia-smi -L` (e.g. ['GPU-8932f937-...']), got {_short(physical)}.")
+                         f"`nvidia-smi -L` (e.g. ['GPU-8932f937-...']), got {short(physical)}.")
     uuids = list(physical)
     bad = [u for u in uuids if not isinstance(u, str) or not u.startswith("GPU-")]
     if bad:
-        raise ValueError(f"physical UUIDs must be strings starting with 'GPU-', got {_short(bad[0])}.")
+        raise ValueError(f"physical UUIDs must be strings starting with 'GPU-', got {short(bad[0])}.")
     if len(set(uuids)) != len(uuids):
         raise ValueError("physical UUIDs must be unique: two GPUs cannot share a UUID.")
     return len(uuids), uuids
@@ -309,7 +309,7 @@ def parse_cuda_visible_devices(value: str | None, physical: int | Sequence[str],
     nvidia-smi's index of every visible GPU (None: unknown).
     """
     if value is not None and not isinstance(value, str):
-        raise ValueError(f"value must be the variable's text (a str) or None for unset, got {_short(value)}. "
+        raise ValueError(f"value must be the variable's text (a str) or None for unset, got {short(value)}. "
                          "Environment variables are strings: write '0,1', not [0, 1].")
     n, uuids = _check_physical(physical)
     numbering = cuda_numbering(n, device_order, fastest_first)

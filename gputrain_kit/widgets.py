@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._args import short as _short
+from ._args import short
 from .visibility import example_uuids, parse_cuda_visible_devices
 
 __all__ = ["visibility_explorer", "render_visibility", "render_plan", "render_rows", "ScalingExplorer",
@@ -37,7 +37,7 @@ def visibility_explorer(n_gpus: int = 8, value: str = "2,0"):
     from .visibility import cuda_numbering, example_fastest_first
 
     if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or not 1 <= n_gpus <= 16:
-        raise ValueError(f"visibility_explorer: n_gpus must be an int from 1 to 16, got {_short(n_gpus)}.")
+        raise ValueError(f"visibility_explorer: n_gpus must be an int from 1 to 16, got {short(n_gpus)}.")
     smi_uuids = example_uuids(n_gpus)          # one per board, in nvidia-smi's (PCI bus) order
     fastest = example_fastest_first(n_gpus)
     newer = set(fastest[:n_gpus - n_gpus // 2])
@@ -117,7 +117,7 @@ class ScalingExplorer:
         from .devices import device_names, current
 
         if mode not in ("per replica", "global"):
-            raise ValueError(f"ScalingExplorer: mode must be 'per replica' or 'global', got {_short(mode)}.")
+            raise ValueError(f"ScalingExplorer: mode must be 'per replica' or 'global', got {short(mode)}.")
         self.n_devices = len(device_names())
         self.epochs = epochs
         self.n_train = len(data.digits().train[0])

@@ -1,0 +1,207 @@
+"""TensorFlow's distributed errors in plain words: what happened, why, the fix, and where the course shows it.
+
+``explain(error)`` matches an exception (or the text of one) against messages produced by the installed
+TensorFlow/Keras in the tests (``tests/test_explain.py`` makes each one for real), and returns an
+``Explanation`` whose ``str()`` is two to five sentences; ``None`` for an error it does not know.
+``with explain_errors(): ...`` re-raises a known error with its explanation attached: a note on
+Python 3.11+ (shown under the traceback), a chained ``ExplainedError`` before.
+
+Two GPU-only messages (NCCL on logical GPUs of one physical GPU, out of memory) are matched on the
+texts NCCL and TensorFlow document; they are tested on a GPU machine when one is available.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+from dataclasses import dataclass
+from typing import Iterator
+
+from ._args import ArgumentTypeError, typed
+
+__all__ = ["Explanation", "explain", "explain_errors", "ExplainedError", "KNOWN"]
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What happened, why, the fix, and the notebook section that shows it."""
+    key: str
+    what: str
+    why: str
+    fix: str
+    section: str
+
+    def __str__(self) -> str:
+        return f"{self.what} {self.why} Fix: {self.fix} See {self.section}."
+
+    def _repr_markdown_(self) -> str:
+        return f"**{self.what}** {self.why} **Fix:** {self.fix} *See {self.section}.*"
+
+
+@dataclass(frozen=True)
+class _Entry:
+    explanation: Explanation
+    patterns: tuple[str, ...]
+
+
+_EMPTY_FIX = ("give every step a full global batch: `drop_remainder=True` on the dataset's `batch()`, or "
+              "`repeat()` with `steps_per_epoch`, or pad the data to a multiple of the global batch; "
+              "`kit.check_batch_plan(n_samples, global_batch, replicas)` warns before training.")
+
+_ENTRIES = (
+    _Entry(Explanation(
+        "empty-replica-conv",
+        "A replica got an empty batch (0 samples) and its convolution or BatchNorm gradient could not run on it.",
+        "The last global batch was smaller than the number of replicas, so MirroredStrategy gave some replica "
+        "nothing; Conv2D and BatchNormalization then meet tensors of shape [0, ...] (a Dense model does not "
+        "crash: it silently writes NaN into BatchNorm's moving statistics).",
+        _EMPTY_FIX, "notebook 05, sections 1 and 5"),
+        (r"Unable to broadcast tensor of shape \[1,1,1,\d+\] to tensor of shape \[0,",
+         r"RsqrtGrad.*got 1 and \d+", r"Incompatible shapes: \[0,")),
+    _Entry(Explanation(
+        "collective-shape-mismatch",
+        "The replicas sent tensors of different shapes into one collective (an operation every replica "
+        "joins), and TensorFlow aborted it.",
+        "Most often a replica's batch was smaller or empty while BatchNormalization(synchronized=True) "
+        "exchanged batch statistics; after this abort every later collective in the process fails too, so "
+        "restart the kernel.",
+        _EMPTY_FIX, "notebook 05, section 5"),
+        (r"Shape mismatch in the collective instance",)),
+    _Entry(Explanation(
+        "uneven-replica-batches",
+        "The replicas' batches had different sizes, and an operation that adds their tensors (AddN) needs "
+        "equal shapes.",
+        "With a global batch not divisible by the replica count, the split is uneven (62 over 4 gives "
+        "[16, 16, 16, 14]); Keras 3's fit traces its first step for one shape and refuses that step, and "
+        "synchronized BatchNorm meets the same op when a last batch is short.",
+        "use a global batch divisible by the replica count (`strategy.num_replicas_in_sync`), with "
+        "fixed-size batches (`drop_remainder=True`).", "notebook 02, section 5, and notebook 05, section 5"),
+        (r"AddN must have the same size and shape", r"Inputs to operation AddN of type AddN must have the same")),
+    _Entry(Explanation(
+        "collective-group-collision",
+        "Two MirroredStrategy objects with different device counts used the same collective group in one "
+        "process.",
+        "Both default strategies (CollectiveAllReduce) number their groups from the same key, so the second "
+        "strategy's replicas join a group the first one created with another size (tensorflow/tensorflow#61314).",
+        "use one strategy per process (restart the kernel to change the device count), or give the second "
+        "one `cross_device_ops=tf.distribute.ReductionToOneDevice()`.", "notebook 02, section 3"),
+        (r"is joining a group with size ?\d+, but that group has size \d+",)),
+    _Entry(Explanation(
+        "devices-fixed",
+        "TensorFlow's device list was changed after TensorFlow had started using its devices.",
+        "The first operation, `list_logical_devices()` or a strategy fixes the devices for the whole process; "
+        "virtual (logical) devices, visible devices and memory growth can only be set before that, and "
+        "memory growth cannot be combined with virtual devices on the same device.",
+        "configure devices first thing, before any other TensorFlow call (`kit.setup(devices=N)` in the "
+        "first cell does), and restart the kernel to change them.",
+        "notebook 00 ('Devices are fixed once initialised') and notebook 01, section 2"),
+        (r"(Virtual|Visible|Physical) devices cannot be modified after being initialized",
+         r"Cannot set memory growth on device when virtual devices configured")),
+    _Entry(Explanation(
+        "mwms-keras3-fit",
+        "Keras 3's `fit` does not run under MultiWorkerMirroredStrategy.",
+        "On the installed Keras 3 the strategy hands `fit` per-replica values it cannot convert to tensors "
+        "(keras-team/keras#20585).",
+        "write the training step yourself (`strategy.run` with `tf.nn.compute_average_loss`), or use "
+        "tf-keras (`TF_USE_LEGACY_KERAS=1` before TensorFlow is imported).", "notebook 07, section 2"),
+        (r"Attempt to convert a value \(PerReplica",)),
+    _Entry(Explanation(
+        "lambda-safe-mode",
+        "Keras refused to load a `.keras` file that contains a `Lambda` layer's Python code.",
+        "Loading it would run code stored in the file, so `safe_mode=True` (the default) refuses it.",
+        "replace the Lambda with a registered custom layer (its config is stored, not its code); pass "
+        "`safe_mode=False` only for a file you made yourself.", "notebook 04, section 3"),
+        (r"deserialization of a `Lambda` layer", r"arbitrary code execution")),
+    _Entry(Explanation(
+        "weights-mismatch",
+        "The weights file does not match the model it is loaded into.",
+        "Keras matches a file's weights to the model's layers by structure and name; a file saved from a "
+        "wrapper (a parallel model around a template) or from other layer sizes leaves layers without values.",
+        "load the file into the same kind of model it was saved from (the template, not the wrapper); "
+        "`kit.load_verified(model, path)` names every variable not loaded and any shape that differs.",
+        "notebook 04, sections 1 and 2"),
+        (r"objects could not be loaded", r"expected \d+ variables, but received \d+ variables during loading")),
+    _Entry(Explanation(
+        "per-replica-batch",
+        "The global batch cannot be split into equal per-replica batches.",
+        "`InputContext.get_per_replica_batch_size` divides the global batch by the number of replicas and "
+        "refuses a remainder.",
+        "choose a global batch that is a multiple of `strategy.num_replicas_in_sync` (e.g. 64 on 4 replicas).",
+        "notebook 07, section 1, and notebook 02, section 5"),
+        (r"`global_batch_size` \d+ is not divisible by `num_replicas_in_sync` \d+",)),
+    _Entry(Explanation(
+        "nccl-one-gpu",
+        "NCCL refused to all-reduce between two logical GPUs that are one physical GPU.",
+        "NCCL needs one rank per physical GPU; logical GPUs made with `set_logical_device_configuration` "
+        "share one card.",
+        "with logical GPUs, pass a reduction that does not use NCCL, "
+        "`cross_device_ops=tf.distribute.ReductionToOneDevice()` or `HierarchicalCopyAllReduce()`; or use one "
+        "logical device per GPU.", "notebook 02, section 3"),
+        (r"Duplicate GPU detected", r"ncclInvalidUsage", r"NCCL.{0,40}invalid usage")),
+    _Entry(Explanation(
+        "out-of-memory",
+        "A device ran out of memory.",
+        "Each replica holds a whole copy of the model, its gradients and optimizer state, plus the "
+        "activations of its share of the batch; data parallelism does not shrink the model's part.",
+        "lower the per-replica batch, use mixed precision or a lighter optimizer, or split the model over "
+        "devices; `kit.estimate_memory` estimates each part before you train.",
+        "notebook 03, section 4"),
+        (r"OOM when allocating tensor", r"ResourceExhaustedError", r"RESOURCE_EXHAUSTED: .*[Oo]ut of memory")),
+)
+
+#: The keys of every error ``explain`` knows.
+KNOWN = tuple(e.explanation.key for e in _ENTRIES)
+_COMPILED = tuple((e, tuple(re.compile(p, re.S) for p in e.patterns)) for e in _ENTRIES)
+
+
+def _text(error: BaseException) -> str:
+    parts = [f"{type(error).__name__}: {error}"]
+    seen = {id(error)}
+    cause = error.__cause__ or error.__context__
+    while cause is not None and id(cause) not in seen:      # a wrapper's cause often holds TensorFlow's text
+        seen.add(id(cause))
+        parts.append(f"{type(cause).__name__}: {cause}")
+        cause = cause.__cause__ or cause.__context__
+    return "\n".join(parts)
+
+
+def explain(error: BaseException | str) -> Explanation | None:
+    """Plain words for a known TensorFlow/Keras distributed error (an exception or its text); None if unknown."""
+    if isinstance(error, BaseException):
+        text = _text(error)
+    elif isinstance(error, str):
+        text = error
+    else:
+        raise ArgumentTypeError(f"explain: error must be an exception (or its message as a str), got "
+                                f"{typed(error)}. Use it as: except Exception as err: print(kit.explain(err)).")
+    for entry, patterns in _COMPILED:
+        if any(p.search(text) for p in patterns):
+            return entry.explanation
+    return None
+
+
+class ExplainedError(RuntimeError):
+    """Python before 3.11: a known error re-raised with its explanation (the original is its __cause__)."""
+
+
+@contextlib.contextmanager
+def explain_errors() -> Iterator[None]:
+    """Run the block; a known error is re-raised with its plain-words explanation attached."""
+    try:
+        yield
+    except Exception as err:
+        found = explain(err)
+        if found is None:
+            raise
+        attached = _attach(err, found, notes=sys.version_info >= (3, 11))
+        if attached is err:
+            raise
+        raise attached from err
+
+
+def _attach(err: Exception, found: Explanation, *, notes: bool) -> Exception:
+    """``err`` with the explanation as a note, or (without notes) a new ExplainedError to chain from it."""
+    if notes:
+        err.add_note(f"gputrain_kit.explain: {found}")
+        return err
+    return ExplainedError(f"{type(err).__name__} (explained by gputrain_kit): {found}")
