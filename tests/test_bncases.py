@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+import gputrain_kit as kit
 from gputrain_kit import bncases
 from gputrain_kit.errors import error_summary
 
@@ -42,12 +43,14 @@ def test_conv_crashes_on_an_empty_replica_batch_with_or_without_scale(matrix):
             in r.detail
         assert r.later_fit == "works" and r.nan_copies == 2, "the crash still leaves NaN statistics behind"
         assert "left NaN in moving_mean, moving_variance on replica 3" in r.detail
+        assert kit.explain(r.detail).key == "empty-replica-conv"
 
 
 def test_synchronized_bn_is_no_fix_for_empty_steps_on_conv(matrix):
     r = matrix.outcome("conv", "synchronized", "last step empty")
     assert r.outcome == "crash" and "Shape mismatch in the collective instance" in r.detail
     assert r.later_fit != "works" and "later fit in the same process fails too" in r.detail
+    assert kit.explain(r.detail).key == "collective-shape-mismatch"
 
 
 def test_synchronized_bn_survives_the_empty_step_on_this_dense_model(matrix):

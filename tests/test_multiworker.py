@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+import gputrain_kit as kit
 from gputrain_kit import check
 from gputrain_kit import multiworker as mw
 from conftest import last_json, run_python
@@ -154,6 +155,7 @@ def test_keras3_fit_fails_under_mwms_and_tf_keras_fit_works(tmp_path):
                                   kwargs={"backup_dir": str(tmp_path)})
     for result in run.results:
         assert result["keras3"].startswith("Attempt to convert a value (PerReplica"), result["keras3"][:300]
+        assert kit.explain(result["keras3"]).key == "mwms-keras3-fit"
         assert result["tf.keras"] == "tf_keras"
         assert np.isfinite(result["tf_keras"]).all()
         assert result["backed_up"] == pytest.approx(result["tf_keras"][:2], rel=1e-6)
