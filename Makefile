@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Same environment for the executor, nbval and the tests: reproducible hashing.
 export PYTHONHASHSEED := 0
 
-.PHONY: lab test unit nbval notebooks install doctor bench lock screenshots clean
+.PHONY: lab test unit nbval notebooks install doctor bench lock screenshots errors-doc clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ lock:
 # Every notebook run in real JupyterLab + Chromium, a screenshot of each in artifacts/browser/ (minutes).
 screenshots: $(STAMP)
 	CUDA_VISIBLE_DEVICES= GPUTRAIN_SCREENSHOTS=1 $(PY) -m pytest tests/test_browser.py -k every_notebook
+
+# docs/errors.md: every public function's error cases, from tests/error_cases.py (checked by the tests).
+errors-doc: $(STAMP)
+	CUDA_VISIBLE_DEVICES= $(PY) tests/error_cases.py --write docs/errors.md
 
 doctor: $(STAMP)
 	$(PY) -m gputrain_kit doctor

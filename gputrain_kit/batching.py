@@ -32,7 +32,7 @@ def split_batch(batch: int, replicas: int) -> list[int]:
 
 
 def plan_batches(n_samples: int, global_batch: int, replicas: int,
-                 drop_remainder: bool = False, *, via: str = "dataset") -> list[list[int]]:
+                 drop_remainder: bool = False, *, via: str = "dataset", _caller: str = "") -> list[list[int]]:
     """Per-replica batch sizes for every step of one epoch, as tf.distribute splits them.
 
     ``via="dataset"`` (default): ``experimental_distribute_dataset`` and Keras ``fit``; ``drop_remainder``
@@ -47,7 +47,7 @@ def plan_batches(n_samples: int, global_batch: int, replicas: int,
     >>> len(plan_batches(1030, 64, 4)), len(plan_batches(1030, 64, 4, drop_remainder=True))
     (17, 16)
     """
-    func = "plan_batches"
+    func = _caller or "plan_batches"
     n_samples = require_int(func, "n_samples", n_samples, minimum=1)
     global_batch = require_int(func, "global_batch", global_batch, minimum=1)
     replicas = require_int(func, "replicas", replicas, minimum=1)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ._args import require_bool, require_int, short
+from ._args import require_bool, require_int, short, typed
 from .netns import PrivateNetwork, start_private_network, worker_command
 from .processes import child_environment
 
@@ -266,7 +266,9 @@ def _payload(func: str, target: Any, args: Sequence[str], kwargs: Mapping[str, A
     if callable(target):
         name = getattr(target, "__name__", "")
         if name == "<lambda>" or not inspect.isfunction(target):
-            raise ValueError(f"{func}: pass a function defined with `def` (or a script path), got {short(target)}.")
+            got = "a lambda" if name == "<lambda>" else typed(target)
+            raise ValueError(f"{func}: pass a function defined with `def` (or a script path), got {got}: workers "
+                             "receive the function's source, which a lambda or a callable object does not have.")
         if target.__code__.co_freevars:
             raise ValueError(
                 f"{func}: {name}() uses variables of an enclosing function "

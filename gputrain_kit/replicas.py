@@ -135,7 +135,7 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
     ``experimental_distribute_dataset``, ``"function"`` for ``distribute_datasets_from_function``.
     Returns the plan.
     """
-    plan = plan_batches(n_samples, global_batch, replicas, drop_remainder, via=via)
+    plan = plan_batches(n_samples, global_batch, replicas, drop_remainder, via=via, _caller="check_batch_plan")
     if empty_slots(plan):
         where = "the global batch" if via == "dataset" else "each replica's batch"
         warnings.warn(plan_verdict(plan) + f" Fix: fixed-size batches (drop_remainder=True on {where}, "

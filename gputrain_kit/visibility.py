@@ -47,7 +47,7 @@ import numbers
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from ._args import short
+from ._args import ArgumentTypeError, short, typed
 
 __all__ = ["parse_cuda_visible_devices", "Visibility", "Entry", "example_uuids", "DEVICE_ORDERS", "cuda_numbering",
            "example_fastest_first", "normalise_bus_id", "measured_numbering"]
@@ -271,22 +271,23 @@ def _strtoul(text: str) -> tuple[int | None, str]:
     return value, "; ".join(notes)
 
 
-def _check_physical(physical: int | Sequence[str]) -> tuple[int, list[str] | None]:
+def _check_physical(physical: int | Sequence[str],
+                    func: str = "parse_cuda_visible_devices") -> tuple[int, list[str] | None]:
     if isinstance(physical, bool):
-        raise ValueError("physical must be a GPU count or a list of GPU UUIDs, got a bool.")
+        raise ValueError(f"{func}: physical must be a GPU count or a list of GPU UUIDs, got a bool.")
     if isinstance(physical, numbers.Integral):
         if physical < 0:
-            raise ValueError(f"physical must be a GPU count >= 0, got {physical}.")
+            raise ValueError(f"{func}: physical must be a GPU count >= 0, got {physical}.")
         return int(physical), None
     if isinstance(physical, str) or not isinstance(physical, Sequence):
-        raise ValueError("physical must be a GPU count (e.g. 8) or a list of GPU UUIDs as printed by "
+        raise ValueError(f"{func}: physical must be a GPU count (e.g. 8) or a list of GPU UUIDs as printed by "
                          f"`nvidia-smi -L` (e.g. ['GPU-8932f937-...']), got {short(physical)}.")
     uuids = list(physical)
     bad = [u for u in uuids if not isinstance(u, str) or not u.startswith("GPU-")]
     if bad:
-        raise ValueError(f"physical UUIDs must be strings starting with 'GPU-', got {short(bad[0])}.")
+        raise ValueError(f"{func}: physical UUIDs must be strings starting with 'GPU-', got {short(bad[0])}.")
     if len(set(uuids)) != len(uuids):
-        raise ValueError("physical UUIDs must be unique: two GPUs cannot share a UUID.")
+        raise ValueError(f"{func}: physical UUIDs must be unique: two GPUs cannot share a UUID.")
     return len(uuids), uuids
 
 
@@ -309,7 +310,8 @@ def parse_cuda_visible_devices(value: str | None, physical: int | Sequence[str],
     nvidia-smi's index of every visible GPU (None: unknown).
     """
     if value is not None and not isinstance(value, str):
-        raise ValueError(f"value must be the variable's text (a str) or None for unset, got {short(value)}. "
+        raise ArgumentTypeError(f"parse_cuda_visible_devices: value must be the variable's text (a str) or None for "
+                                f"unset, got {typed(value)}. "
                          "Environment variables are strings: write '0,1', not [0, 1].")
     n, uuids = _check_physical(physical)
     numbering = cuda_numbering(n, device_order, fastest_first)

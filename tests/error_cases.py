@@ -1,0 +1,147 @@
+"""Every public function's error cases: what a user passes, and what the kit answers.
+
+Run as a script (``python tests/error_cases.py``) it tries every case in this process and prints the
+results as JSON; ``--write docs/errors.md`` writes the table. ``tests/test_error_cases.py`` runs it,
+checks each answer (raised at the call, the right type, naming the function and the argument, short)
+and that ``docs/errors.md`` is what this file produces (``make errors-doc`` rewrites it).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: (function, argument named in the message (or ""), what the user passes, the call)
+CASES: list[tuple[str, str, str, str]] = []
+
+
+def case(function: str, argument: str, given: str, code: str) -> None:
+    CASES.append((function, argument, given, code))
+
+
+# --------------------------------------------------------------------------- no TensorFlow needed
+case("plan_batches", "n_samples", "n_samples as a string", "kit.plan_batches('1000', 64, 4)")
+case("plan_batches", "n_samples", "an array as n_samples", "kit.plan_batches(np.zeros(1000), 64, 4)")
+case("plan_batches", "global_batch", "global_batch=0", "kit.plan_batches(1000, 0, 4)")
+case("plan_batches", "via", "an unknown input path", "kit.plan_batches(1000, 64, 4, via='graph')")
+case("check_batch_plan", "replicas", "replicas=2.5", "kit.check_batch_plan(1000, 64, 2.5)")
+case("estimate_memory", "batch_size", "batch_size=0", "kit.estimate_memory(dense, batch_size=0)")
+case("estimate_memory", "strategy", "an unknown strategy", "kit.estimate_memory(dense, batch_size=8, strategy='model')")
+case("parse_cuda_visible_devices", "value", "a number instead of the variable's text",
+     "kit.parse_cuda_visible_devices(3, 4)")
+case("scaling_model", "gpus", "gpus=0", "kit.scaling_model(0, compute_time_per_sample=1e-3, gradient_bytes=1e8, "
+     "per_gpu_batch=32, bandwidth=1e10)")
+case("launch_local_workers", "workers", "workers=0", "kit.launch_local_workers(job, 0)")
+case("launch_local_workers", "", "a lambda", "kit.launch_local_workers(lambda: 1, 2)")
+case("launch_local_workers", "private_network", "private_network='yes'",
+     "kit.launch_local_workers(job, 2, private_network='yes')")
+case("launch_local_workers", "timeout", "timeout=-1", "kit.launch_local_workers(job, 2, timeout=-1)")
+case("explain", "error", "a number", "kit.explain(42)")
+case("expect_error", "", "no exception type", "kit.expect_error().__enter__()")
+case("bncases.run_cases", "", "an unknown model kind", "kit.bncases.run_cases([('mlp', 'scale=True', 'drop_remainder')])")
+# --------------------------------------------------------------------------- models
+case("setup", "devices", "a second setup with another device count", "kit.setup(devices=8)")
+case("replica_report", "model", "a string as the model", "kit.replica_report('model', strategy)")
+case("replica_report", "strategy", "a string as the strategy", "kit.replica_report(mirrored, 'mirrored')")
+case("replica_report", "", "a model built outside strategy.scope()", "kit.replica_report(dense, strategy)")
+case("ReplicaHealth", "tolerance", "tolerance as a string", "kit.ReplicaHealth(tolerance='0.1')")
+case("ReplicaHealth", "tolerance", "a negative tolerance", "kit.ReplicaHealth(tolerance=-1)")
+case("ReplicaHealth", "strategy", "a string as the strategy", "kit.ReplicaHealth(strategy='mirrored')")
+case("ReplicaHealth", "on_problem", "an unknown on_problem", "kit.ReplicaHealth(on_problem='stop')")
+case("save_verified", "", "the arguments swapped", "kit.save_verified(os.path.join(tmp, 'x.keras'), dense)")
+case("save_verified", "", "a .h5 file name", "kit.save_verified(dense, os.path.join(tmp, 'model.h5'))")
+case("save_verified", "allow_nonfinite", "allow_nonfinite as a string",
+     "kit.save_verified(dense, os.path.join(tmp, 'x.keras'), allow_nonfinite='no')")
+case("save_verified", "", "a model holding NaN", "kit.save_verified(poisoned, os.path.join(tmp, 'p.weights.h5'))")
+case("save_verified", "", "a model not built yet", "kit.save_verified(unbuilt, os.path.join(tmp, 'u.keras'))")
+case("load_verified", "path", "a number as the path", "kit.load_verified(dense, 123)")
+case("load_verified", "", "a file that does not exist", "kit.load_verified(dense, os.path.join(tmp, 'none.keras'))")
+case("load_verified", "", "a .keras file that is not a zip", "kit.load_verified(dense, corrupt_keras)")
+case("load_verified", "", "a .weights.h5 file that is not HDF5", "kit.load_verified(dense, corrupt_h5)")
+case("load_verified", "", "weights of a wider model", "kit.load_verified(narrow, wide_file)")
+
+
+def run() -> list[dict[str, str]]:
+    import numpy as np
+    import gputrain_kit as kit
+    kit.setup(devices=4)
+    import keras
+    import tensorflow as tf
+
+    tmp = tempfile.mkdtemp(prefix="gputrain-errors-")
+    strategy = tf.distribute.MirroredStrategy(kit.device_names(4))
+    with strategy.scope():
+        mirrored = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    dense = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)], name="dense_net")
+    poisoned = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="hidden")], name="poisoned")
+    poisoned.layers[0].kernel.assign(np.full((4, 2), np.nan, "float32"))
+    unbuilt = keras.Sequential([keras.layers.Dense(2)])
+    wide = keras.Sequential([keras.Input((4,)), keras.layers.Dense(16, name="hidden")], name="wide")
+    narrow = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, name="hidden")], name="narrow")
+    wide_file = os.path.join(tmp, "wide.weights.h5")
+    wide.save_weights(wide_file)
+    corrupt_keras, corrupt_h5 = os.path.join(tmp, "half.keras"), os.path.join(tmp, "half.weights.h5")
+    for name in (corrupt_keras, corrupt_h5):
+        Path(name).write_text("not a model")
+
+    def job():
+        return 1
+
+    scope = dict(kit=kit, np=np, os=os, tmp=tmp, strategy=strategy, mirrored=mirrored, dense=dense,
+                 poisoned=poisoned, unbuilt=unbuilt, narrow=narrow, wide_file=wide_file,
+                 corrupt_keras=corrupt_keras, corrupt_h5=corrupt_h5, job=job)
+    results = []
+    for function, argument, given, code in CASES:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                eval(code, scope)
+                kind, message = "no error", ""
+            except Exception as err:
+                kind, message = type(err).__name__, str(err)
+                mro = [t.__name__ for t in type(err).__mro__]
+        message = message.replace(tmp, "<tmp>")
+        results.append({"function": function, "argument": argument, "given": given, "code": code, "type": kind,
+                        "bases": mro if message else [], "message": message,
+                        "warnings": [str(w.message).replace(tmp, "<tmp>") for w in caught]})
+    return results
+
+
+def render(results: list[dict[str, str]]) -> str:
+    lines = ["# Errors: what the kit says when a call is wrong",
+             "",
+             "Generated by `make errors-doc` from `tests/error_cases.py`, whose cases `tests/test_error_cases.py`",
+             "runs and checks (each error raised at the call, naming the function and the argument, with",
+             "long values shortened); do not edit by hand. TensorFlow's own errors in plain words:",
+             "`gputrain_kit.explain(error)` (the table at the end).",
+             ""]
+    current = None
+    for r in results:
+        if r["function"] != current:
+            current = r["function"]
+            lines += ["", f"## `{current}`", "", "| input | call | error |", "|---|---|---|"]
+        message = r["message"].replace("|", "\\|").replace("\n", " ")
+        code = r["code"].replace("|", "\\|")
+        lines.append(f"| {r['given']} | `{code}` | **{r['type']}**: {message} |")
+    import gputrain_kit as kit
+    from gputrain_kit import explainer
+    lines += ["", "## `explain`: TensorFlow's errors in plain words", "",
+              "Each is made for real in `tests/test_explain.py` (the GPU-only ones from NCCL's and TensorFlow's "
+              "documented messages).", "", "| key | matched on | explanation |", "|---|---|---|"]
+    for entry in explainer._ENTRIES:
+        patterns = " or ".join(f"`{p}`" for p in entry.patterns).replace("|", "\\|")
+        lines.append(f"| {entry.explanation.key} | {patterns} | {str(entry.explanation).replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    results = run()
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        Path(sys.argv[2]).write_text(render(results))
+        print(f"wrote {sys.argv[2]} ({len(results)} cases)")
+    else:
+        print(json.dumps(results))
