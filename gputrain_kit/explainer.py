@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -32,7 +33,8 @@ class Explanation:
     section: str
 
     def __str__(self) -> str:
-        return f"{self.what} {self.why} Fix: {self.fix} See {self.section}."
+        text = f"{self.what} {self.why} Fix: {self.fix} See {self.section}."
+        return textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False)
 
     def _repr_markdown_(self) -> str:
         return f"**{self.what}** {self.why} **Fix:** {self.fix} *See {self.section}.*"
@@ -76,7 +78,7 @@ _ENTRIES = (
         "synchronized BatchNorm meets the same op when a last batch is short.",
         "use a global batch divisible by the replica count (`strategy.num_replicas_in_sync`), with "
         "fixed-size batches (`drop_remainder=True`).", "notebook 02, section 5, and notebook 05, section 5"),
-        (r"AddN must have the same size and shape", r"Inputs to operation AddN of type AddN must have the same")),
+        (r"AddN\b.{0,40}must have the same size and shape",)),
     _Entry(Explanation(
         "collective-group-collision",
         "Two MirroredStrategy objects with different device counts used the same collective group in one "
