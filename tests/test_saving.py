@@ -72,11 +72,55 @@ def test_verified_save_and_load_and_the_traps():
 
 
 def test_bad_paths_are_clear_errors(tmp_path):
+    import keras
     from gputrain_kit import load_verified, save_verified
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     with pytest.raises(ValueError, match="must end with .weights.h5"):
-        save_verified(object(), tmp_path / "model.h5")
+        save_verified(model, tmp_path / "model.h5")
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        load_verified(object(), tmp_path / "missing.weights.h5")
+        load_verified(model, tmp_path / "missing.weights.h5")
+    with pytest.raises(TypeError, match="model must be a Keras model, got <object"):
+        save_verified(object(), tmp_path / "model.keras")
+
+
+def test_nonfinite_copies_are_refused_named_by_replica_and_reported_on_load():
+    out = last_json(run_python("""
+        import json, os, tempfile, warnings, numpy as np, gputrain_kit as kit
+        kit.setup(devices=4)
+        import tensorflow as tf, keras
+        strategy = tf.distribute.MirroredStrategy(kit.device_names(4))
+        with strategy.scope():
+            model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="d")], name="m")
+        kernel = model.layers[0].kernel.value.values[3]          # replica 3's copy only
+        kernel.assign(np.full((3, 2), np.nan, "float32"))
+        folder = tempfile.mkdtemp()
+        out = {}
+        try:
+            kit.save_verified(model, os.path.join(folder, "m.weights.h5"))
+        except kit.saving.NonFiniteError as err:
+            out["refused"] = str(err)
+            out["poisoned"] = err.poisoned
+        out["written"] = sorted(os.listdir(folder))
+        kit.save_verified(model, os.path.join(folder, "m.weights.h5"), allow_nonfinite=True)
+        out["after_allow"] = sorted(os.listdir(folder))
+        plain = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="d")], name="m")
+        plain.layers[0].kernel.assign(np.full((3, 2), np.inf, "float32"))
+        kit.save_verified(plain, os.path.join(folder, "inf.weights.h5"), allow_nonfinite=True)
+        fresh = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="d")], name="m")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kit.load_verified(fresh, os.path.join(folder, "m.weights.h5"))   # the file holds replica 0's copy
+            out["clean_load_warnings"] = len(caught)
+            kit.load_verified(fresh, os.path.join(folder, "inf.weights.h5"))
+            out["load_warnings"] = [(type(w.message).__name__, str(w.message)) for w in caught]
+        print(json.dumps(out))
+    """))
+    assert out["poisoned"] == [["m/d/kernel", 3]]
+    assert "m/d/kernel (replica 3)" in out["refused"] and "allow_nonfinite=True" in out["refused"]
+    assert out["written"] == [], "a refused save leaves nothing behind"
+    assert out["after_allow"] == ["m.weights.h5"]
+    assert out["clean_load_warnings"] == 0
+    assert out["load_warnings"][0][0] == "NonFiniteWarning" and "m/d/kernel (replica 0)" in out["load_warnings"][0][1]
 
 
 CHILD = textwrap.dedent("""
