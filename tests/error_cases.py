@@ -133,8 +133,9 @@ def render(results: list[dict[str, str]]) -> str:
               "Each is made for real in `tests/test_explain.py` (the GPU-only ones from NCCL's and TensorFlow's "
               "documented messages).", "", "| key | matched on | explanation |", "|---|---|---|"]
     for entry in explainer._ENTRIES:
-        patterns = " or ".join(f"`{p}`" for p in entry.patterns).replace("|", "\\|")
-        lines.append(f"| {entry.explanation.key} | {patterns} | {str(entry.explanation).replace('|', '/')} |")
+        patterns = " or ".join(f"`` {p} ``" for p in entry.patterns).replace("|", "\\|")
+        text = " ".join(str(entry.explanation).split()).replace("|", "/")     # str() wraps lines
+        lines.append(f"| {entry.explanation.key} | {patterns} | {text} |")
     return "\n".join(lines) + "\n"
 
 
