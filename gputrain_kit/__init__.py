@@ -5,9 +5,10 @@ package does not import TensorFlow; ``setup()`` does, quietly.
 """
 from __future__ import annotations
 
-from . import (bncases, bntrap, branches, check, checkpoints, counting, data, explainer, feeding, lrscaling, memory,
+from . import (activity, bncases, bntrap, branches, check, checkpoints, counting, data, explainer, feeding, lrscaling, memory,
                multiworker, netns, parallel, pipeline, placement, plots, processes, replicas, saving, scaling, training,
                visibility, widgets)
+from .activity import DeviceActivity, ProfilerBusyError, device_activity
 from .replicas import ReplicaHealthError, check_batch_plan, replica_report
 from .batching import plan_batches
 from .devices import SetupError, SetupReport, current, device_names, inventory, setup
@@ -23,6 +24,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "setup", "device_names", "inventory", "current", "plan_batches", "expect_error", "error_summary", "bncases",
+    "device_activity", "DeviceActivity", "ProfilerBusyError", "activity",
     "explain", "explain_errors", "Explanation", "ExplainedError", "explainer", "netns",
     "parse_cuda_visible_devices", "estimate_memory", "branches", "memory", "pipeline",
     "save_verified", "load_verified", "saving", "checkpoints",

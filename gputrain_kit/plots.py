@@ -1,9 +1,11 @@
 """Matplotlib figures for the notebooks (pure functions of data: testable headless)."""
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
-__all__ = ["scaling_figure", "memory_figure", "scaling_curve_figure", "sweep_figure", "replica_heatmap"]
+__all__ = ["scaling_figure", "memory_figure", "scaling_curve_figure", "sweep_figure", "replica_heatmap",
+           "activity_figure", "op_kind"]
 
 
 def scaling_figure(rows: Sequence[dict[str, Any]]):
@@ -131,6 +133,76 @@ def replica_heatmap(report: Any):
            title="difference from replica 0 (red: NaN/inf)")
     ax.tick_params(axis="y", labelsize=8)
     fig.colorbar(image, ax=ax, label="largest |copy - replica 0's copy|")
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+_KINDS = ("forward", "backward", "gradient reduction", "update", "input pipeline")
+_OPTIMIZER_SCOPES = ("sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax", "nadam", "ftrl", "lion",
+                     "lamb", "loss_scale_optimizer", "optimizer")
+
+
+def op_kind(op_name: str) -> str:
+    """What an op of a training step does, from its name and type: forward, backward, gradient
+    reduction (the all-reduce, or the sum on one device that ReductionToOneDevice does) or update."""
+    node, _, op_type = op_name.rpartition(":")
+    node = node or op_name
+    scopes = [re.sub(r"_\d+$", "", part).lower() for part in node.split("/")]
+    in_optimizer = any(s in _OPTIMIZER_SCOPES for s in scopes)
+    if (op_type.startswith(("Collective", "Nccl")) or "allreduce" in op_type.lower()
+            or (in_optimizer and op_type in ("AddN", "ConcatV2", "SplitV", "Pack", "Unpack"))):
+        return "gradient reduction"
+    if "gradient_tape" in scopes or op_type.endswith("Grad") or "Grad" in op_type:
+        return "backward"
+    if in_optimizer or op_type.startswith(("ResourceApply", "Assign")):
+        return "update"
+    return "forward"
+
+
+def activity_figure(activity: Any, title: str | None = None, ax: Any = None):
+    """One row per device (device 0 on top), each op a bar coloured by what it does, idle time left
+    blank; the input pipeline (tf.data threads, on the host) as a last row when it did any work."""
+    import matplotlib.pyplot as plt
+
+    devices = list(activity.devices)
+    rows = devices + (["input pipeline"] if activity.input_intervals else [])
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(9, 0.9 + 0.42 * len(rows)))
+    else:
+        fig = ax.figure
+    colours = dict(zip(_KINDS, ("C0", "C1", "C3", "C2", "C7")))
+    bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    for device, start, end, op in activity.intervals:
+        bars.setdefault((devices.index(device), op_kind(op)), []).append((start, end))
+    if activity.input_intervals:
+        from .activity import merge
+
+        bars[(len(devices), "input pipeline")] = merge((s, e) for s, e, _ in activity.input_intervals)
+    lo, hi = activity.window()                    # from the first op on a device to the last
+    if not activity.intervals and activity.input_intervals:
+        lo = min(s for s, _, _ in activity.input_intervals)
+        hi = max(e for _, e, _ in activity.input_intervals)
+    pad = max(hi - lo, 1e-6)
+    min_width = pad / 1500                        # a 10-microsecond op is still a visible line
+    for (row, kind), spans in bars.items():
+        ax.broken_barh([((s - lo) * 1e3, max(e - s, min_width) * 1e3) for s, e in spans], (row - 0.38, 0.76),
+                       facecolors=colours[kind], linewidth=0)
+    labels = [d.replace("/device:", "") for d in devices] + (["input (host)"] if activity.input_intervals else [])
+    ax.set_yticks(range(len(rows)), labels)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(0, pad * 1e3)
+    kind_text = ("simulated devices: logical CPUs sharing the same cores, so this shows placement and order, "
+                 "not GPU speed" if activity.simulated else "GPUs")
+    ax.set_xlabel("milliseconds since the first op")
+    ax.set_title(title or "which device computed what", fontsize=10, loc="left")
+    ax.text(1.0, 1.02, kind_text, transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="0.35")
+    from matplotlib.patches import Patch
+
+    used = [k for k in _KINDS if any(kind == k for _, kind in bars)]
+    ax.legend([Patch(color=colours[k]) for k in used], used, loc="upper left", bbox_to_anchor=(1.01, 1),
+              fontsize=8, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     plt.close(fig)
     return fig

@@ -230,9 +230,11 @@ def dies_after_one_all_reduce():
     all_reduce()
 
 
-def test_a_dead_worker_is_found_by_the_coordination_service_heartbeats():
+def test_a_dead_worker_aborts_the_survivors_collective_by_heartbeats_or_lost_connection():
     """MWMS configures TensorFlow's coordination service (and then switches its own _check_health
-    thread off); the service aborts the survivors' collectives when heartbeats stop."""
+    thread off); the service aborts the survivors' collectives when heartbeats stop, unless the
+    all-reduce's own connection to the dead worker closes first: which one wins is timing (CI has
+    seen both), so either of TensorFlow's two reports is accepted, and nothing else."""
     started = time.monotonic()
     with pytest.raises(mw.WorkerFailed) as info:
         mw.launch_local_workers(dies_after_one_all_reduce, 2, log=None, grace=60, timeout=120)
@@ -245,13 +247,19 @@ def test_a_dead_worker_is_found_by_the_coordination_service_heartbeats():
     assert "coordination service: standalone" in survivor
     assert any(line.startswith("tensorflow.python.framework.errors_impl.UnavailableError") for line in survivor)
     first = next(i for i, line in enumerate(survivor) if line.startswith("Collective ops is aborted"))
-    assert survivor[first:first + 4] == [
+    by_heartbeats = [
         "Collective ops is aborted by: Error reported from /job:worker/task:1: The following tasks are "
         "unhealthy (stopped sending heartbeats):",
         "/job:worker/replica:0/task:1",
         "The tasks have crashed. Check the task logs for an earlier error, or scheduler events (e.g. "
-        "preemption, eviction) to debug further.",
-        "The error could be from a previous operation. Restart your program to reset."]
+        "preemption, eviction) to debug further."]
+    by_lost_connection = [
+        "Collective ops is aborted by: Socket closed",
+        "Additional GRPC error information from remote target /job:worker/replica:0/task:1 while calling "
+        "/tensorflow.WorkerService/RecvBuf:"]
+    report = survivor[first:]
+    assert (report[:3] == by_heartbeats or report[:2] == by_lost_connection), report[:6]
+    assert "The error could be from a previous operation. Restart your program to reset." in report[:6]
     assert mw.running(err.pids) == []
 
 

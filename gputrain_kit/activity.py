@@ -1,0 +1,386 @@
+"""Which device computed what, and when: a timeline from TensorFlow's own profiler.
+
+``with device_activity() as activity: model.fit(...)`` starts TensorFlow's profiler
+(``tf.profiler.experimental.start``) in a temporary folder, stops it when the block ends, reads the
+trace it wrote (an XSpace, ``*.xplane.pb``) and deletes the folder. What it reads:
+
+- **Op events.** On the host plane every op that a ``tf.function`` runs (``fit``'s train step is one)
+  is an event named ``"<node name>:<op type>"`` with its start and duration. Functions called inside
+  a function are inlined, so a node name is a path: ``StatefulPartitionedCall/replica_1/dense/MatMul``.
+- **Devices.** The events carry no device. The kit takes it from the functions themselves: each
+  function the trace names (``eager_op`` / ``func_name`` stats) is looked up in the eager context
+  (``get_function_def``), and every node's requested device is read, walking into the functions it
+  calls. A node with no requested device inherits its caller's; at the top it gets the default
+  device (GPU 0 if there is one, else CPU 0), which is where TensorFlow's placer puts it.
+  ``tests/test_activity.py`` pins this rule to the installed TensorFlow by comparing it with the
+  partition graphs TensorFlow reports for the same function.
+- **Input pipeline.** Work on the ``tf.data`` threads is kept apart as the input row.
+- **GPUs.** On a GPU the profiler also writes one plane per physical GPU (``/device:GPU:N``) whose
+  stream lines hold the kernels that really ran there; when each logical device is a whole GPU,
+  those kernels are the timeline. (This path follows the documented XPlane layout; it has not run on
+  a GPU in this project's CI.)
+
+Simulated devices (the CPU split into logical CPUs) share the same cores: their timeline shows which
+device ran which op, and in what order, not GPU speed.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from ._args import short
+
+__all__ = ["device_activity", "DeviceActivity", "ProfilerBusyError", "merge", "overlap_seconds"]
+
+# Events that move data or mark the graph, not compute on a device.
+_NOT_COMPUTE = {"_Send", "_Recv", "_HostSend", "_HostRecv", "NoOp", "Placeholder", "_Arg", "_Retval",
+                "Const", "_EagerConst"}
+_DEVICE = re.compile(r"(?:device:)?(CPU|GPU|TPU):(\d+)\s*$", re.IGNORECASE)
+_FUNC_ATTRS_SKIP = {"_read_only_resource_inputs"}
+
+
+class ProfilerBusyError(RuntimeError):
+    """Another TensorFlow profiler session is running: only one can run in a process."""
+
+
+def normalize_device(name: str) -> str:
+    """``/job:localhost/replica:0/task:0/device:CPU:1`` or ``/cpu:1`` -> ``/device:CPU:1``; '' stays ''."""
+    m = _DEVICE.search(name or "")
+    return f"/device:{m.group(1).upper()}:{m.group(2)}" if m else ""
+
+
+def merge(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of time spans as sorted, disjoint spans."""
+    out: list[list[float]] = []
+    for start, end in sorted(spans):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
+def _length(spans: Iterable[tuple[float, float]]) -> float:
+    return sum(b - a for a, b in spans)
+
+
+def overlap_seconds(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
+    """Seconds during which both sets of (merged, sorted) spans are busy."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+@dataclass
+class DeviceActivity:
+    """What each device computed during a ``device_activity()`` block. Filled when the block ends."""
+
+    devices: tuple[str, ...] = ()
+    simulated: bool = True
+    intervals: list[tuple[str, float, float, str]] = field(default_factory=list)
+    input_intervals: list[tuple[float, float, str]] = field(default_factory=list)
+    wall_s: float = 0.0          # the block's duration
+    overhead_s: float = 0.0      # starting, stopping and reading the profiler
+    unattributed_s: float = 0.0  # op time the kit could not place on a device
+    source: str = ""             # "host ops" or "GPU planes"
+    _done: bool = False
+
+    def _ready(self, what: str) -> None:
+        if not self._done:
+            raise RuntimeError(f"device_activity: .{what} is filled when the `with` block ends; read it after "
+                               "the block.")
+
+    @property
+    def busy(self) -> dict[str, float]:
+        """Seconds each device spent computing (overlapping ops on one device counted once)."""
+        self._ready("busy")
+        return {d: _length(self.spans(d)) for d in self.devices}
+
+    def spans(self, device: str) -> list[tuple[float, float]]:
+        """The device's busy time as merged (start_s, end_s) spans."""
+        return merge((s, e) for d, s, e, _ in self.intervals if d == device)
+
+    @property
+    def input_busy(self) -> float:
+        """Seconds the input pipeline (tf.data threads) was working."""
+        self._ready("input_busy")
+        return _length(merge((s, e) for s, e, _ in self.input_intervals))
+
+    def shares(self) -> dict[str, float]:
+        """Each device's share of the compute attributed to all devices (sums to 1)."""
+        busy = self.busy
+        total = sum(busy.values())
+        return {d: (b / total if total else 0.0) for d, b in busy.items()}
+
+    def computed(self, min_share: float = 0.05) -> list[str]:
+        """The devices that did at least ``min_share`` of the attributed compute: a robust fact to print."""
+        return [d for d, s in self.shares().items() if s >= min_share]
+
+    def window(self, devices: Sequence[str] | None = None) -> tuple[float, float]:
+        """From the first op to the last op of ``devices`` (all by default)."""
+        self._ready("window")
+        devices = list(devices or self.devices)
+        times = [(s, e) for d, s, e, _ in self.intervals if d in devices]
+        if not times:
+            return (0.0, 0.0)
+        return (min(s for s, _ in times), max(e for _, e in times))
+
+    def idle_fraction(self, devices: Sequence[str] | None = None) -> float:
+        """Share of the devices' time, from the first op to the last, in which they computed nothing:
+        what the GPipe bubble formula predicts for a layer split."""
+        devices = list(devices or self.devices)
+        lo, hi = self.window(devices)
+        if hi <= lo:
+            return 0.0
+        busy = sum(_length(self.spans(d)) for d in devices)
+        return 1 - busy / (len(devices) * (hi - lo))
+
+    def overlap(self, a: str, b: str) -> float:
+        """Share of the less busy device's compute time during which the other device computed too."""
+        sa, sb = self.spans(a), self.spans(b)
+        least = min(_length(sa), _length(sb))
+        return overlap_seconds(sa, sb) / least if least else 0.0
+
+    def plot(self, title: str | None = None, ax: Any = None):
+        """A matplotlib Figure: one row per device (and one for the input pipeline), ops as bars."""
+        self._ready("plot()")
+        from .plots import activity_figure
+
+        return activity_figure(self, title=title, ax=ax)
+
+    def __repr__(self) -> str:
+        if not self._done:
+            return "DeviceActivity(recording...)"
+        kind = "simulated devices (shared CPU cores)" if self.simulated else "GPUs"
+        shares = ", ".join(f"{d.replace('/device:', '')} {s:.0%}" for d, s in self.shares().items())
+        return (f"DeviceActivity on {kind}: {len(self.intervals)} ops in {self.wall_s:.2f} s; "
+                f"share of compute: {shares}")
+
+
+def _default_device(devices: Sequence[str]) -> str:
+    gpus = [d for d in devices if ":GPU:" in d]
+    return "/device:GPU:0" if gpus else "/device:CPU:0"
+
+
+def _function_names(plane: Any) -> set[str]:
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    found: set[str] = set()
+    for line in plane.lines:
+        for event in line.events:
+            for stat in event.stats:
+                if names.get(stat.metadata_id) in ("eager_op", "func_name"):
+                    value = stat.str_value or names.get(stat.ref_value, "")
+                    if value.startswith("__inference"):
+                        found.add(value)
+    return found
+
+
+# Ops on a resource (a variable) that TensorFlow colocates with the variable when no device is requested.
+_RESOURCE_OP = re.compile(r"ReadVariableOp|Assign\w*VariableOp|Resource\w+|VarIsInitializedOp|VarHandleOp|"
+                          r"DestroyResourceOp")
+
+
+def node_devices(function_names: Iterable[str], default: str) -> dict[str, str | None]:
+    """Node path (as the trace names it) -> device, for the given functions of the eager context.
+
+    A node's device is the one it requested, else its caller's, else ``default`` (where the placer
+    puts an op that asks for nothing). A variable op that asks for nothing runs where its variable
+    lives, which the function does not say: it maps to None (left out of the timeline).
+    """
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    out: dict[str, str | None] = {}
+
+    def walk(name: str, prefix: str, inherited: str, depth: int) -> None:
+        if depth > 20:
+            return
+        try:
+            fdef = ctx.get_function_def(name)
+        except Exception:       # a tf.data function: not in the eager context's library
+            return
+        for node in fdef.node_def:
+            requested = normalize_device(node.device) or inherited
+            if not requested and _RESOURCE_OP.fullmatch(node.op):
+                out[prefix + node.name] = None
+            else:
+                out[prefix + node.name] = requested or default
+            for key, attr in node.attr.items():
+                if key not in _FUNC_ATTRS_SKIP and attr.func.name:
+                    walk(attr.func.name, prefix + node.name + "/", requested, depth + 1)
+
+    for name in function_names:
+        walk(name, "", "", 0)
+    return out
+
+
+def _host_intervals(plane: Any, nodes: dict[str, str], t0_ps: int):
+    intervals, inputs, unattributed = [], [], 0.0
+    for line in plane.lines:
+        base = line.timestamp_ns * 1000 - t0_ps
+        on_data_thread = line.name.startswith("tf_data")
+        for event in line.events:
+            name = plane.event_metadata[event.metadata_id].name
+            start = (base + event.offset_ps) / 1e12
+            end = start + event.duration_ps / 1e12
+            if on_data_thread:
+                if not name.startswith("ThreadpoolListener"):
+                    inputs.append((start, end, name))
+                continue
+            if ":" not in name or "::" in name or " " in name:
+                continue
+            node, op_type = name.rsplit(":", 1)
+            if op_type in _NOT_COMPUTE:
+                continue
+            if any(k in op_type for k in ("Iterator", "Dataset", "Optional")):
+                inputs.append((start, end, name))         # the step asking the input pipeline for a batch
+                continue
+            device = nodes.get(node)
+            if device is None:                            # not in a known function, or a variable op
+                unattributed += event.duration_ps / 1e12
+                continue
+            intervals.append((device, start, end, f"{node}:{op_type}"))
+    return intervals, inputs, unattributed
+
+
+def _gpu_intervals(space: Any, devices: Sequence[str], t0_ps: int):
+    names = {k: v.name for plane in space.planes for k, v in plane.stat_metadata.items()}
+    intervals = []
+    for plane in space.planes:
+        m = re.fullmatch(r"/device:GPU:(\d+)", plane.name)
+        if not m:
+            continue
+        device = f"/device:GPU:{m.group(1)}"
+        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        for line in plane.lines:
+            if not line.name.lower().startswith("stream"):
+                continue
+            base = line.timestamp_ns * 1000 - t0_ps
+            for event in line.events:
+                meta = plane.event_metadata[event.metadata_id]
+                op = meta.display_name or meta.name
+                for stat in list(event.stats) + list(meta.stats):
+                    if stat_names.get(stat.metadata_id) == "tf_op":
+                        op = stat.str_value or stat_names.get(stat.ref_value, op)
+                start = (base + event.offset_ps) / 1e12
+                intervals.append((device, start, start + event.duration_ps / 1e12, op))
+    del names
+    return [i for i in intervals if i[0] in devices]
+
+
+class device_activity:
+    """Record which device computed what during the ``with`` block, with TensorFlow's profiler.
+
+    >>> with device_activity() as activity:          # doctest: +SKIP
+    ...     model.fit(x, y, batch_size=256, epochs=1, verbose=0)
+    >>> activity.busy                                # {'/device:CPU:0': 0.41, '/device:CPU:1': 0.0, ...}
+
+    Keep the block short (a few training steps): the trace is held in memory until it ends. The
+    trace folder is temporary and deleted when the block ends.
+    """
+
+    def __init__(self, devices: Sequence[str] | None = None) -> None:
+        if devices is not None and (isinstance(devices, str) or not all(isinstance(d, str) for d in devices)):
+            raise TypeError(f"device_activity: devices must be a list of device names such as "
+                            f"kit.device_names(), got {short(devices)}.")
+        self._devices = None if devices is None else tuple(normalize_device(d) or d for d in devices)
+        self._result = DeviceActivity()
+        self._dir: str | None = None
+
+    def __enter__(self) -> DeviceActivity:
+        from .devices import current
+        from ._tf import import_tf
+
+        tf = import_tf()
+        report = current()
+        if self._devices is None:
+            if report is not None:
+                self._devices = tuple(report.devices)
+            else:
+                self._devices = tuple(normalize_device(d.name) for d in tf.config.list_logical_devices()
+                                      if d.device_type in ("CPU", "GPU"))
+        self._result.devices = self._devices
+        self._result.simulated = report.simulated if report is not None else not any(
+            ":GPU:" in d for d in self._devices)
+        self._dir = tempfile.mkdtemp(prefix="gputrain-activity-")
+        started = time.perf_counter()
+        try:
+            tf.profiler.experimental.start(self._dir)
+        except tf.errors.AlreadyExistsError:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise ProfilerBusyError(
+                "device_activity: another TensorFlow profiler session is running in this process (a "
+                "tf.profiler.experimental.start() without stop(), a TensorBoard callback with "
+                "profile_batch, or another device_activity block). Only one can run at a time: stop the "
+                "other one first (tf.profiler.experimental.stop()), or leave its block.") from None
+        except Exception:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        self._t0_ns = time.time_ns()
+        self._overhead = time.perf_counter() - started
+        self._wall = time.perf_counter()
+        return self._result
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        from ._tf import import_tf
+
+        tf = import_tf()
+        wall = time.perf_counter() - self._wall
+        started = time.perf_counter()
+        try:
+            tf.profiler.experimental.stop()
+            if exc_type is None:
+                self._read(tf)
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)
+        r = self._result
+        r.wall_s = wall
+        r.overhead_s = self._overhead + time.perf_counter() - started
+        r._done = True
+
+    def _read(self, tf: Any) -> None:
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+        files = glob.glob(os.path.join(self._dir, "**", "*.xplane.pb"), recursive=True)
+        if len(files) != 1:
+            raise RuntimeError(f"device_activity: TensorFlow {tf.__version__}'s profiler wrote {len(files)} "
+                               "trace files (*.xplane.pb) where the kit expects one: its output layout changed. "
+                               "Run tests/test_activity.py to see what differs.")
+        space = xplane_pb2.XSpace()
+        with open(files[0], "rb") as f:
+            space.ParseFromString(f.read())
+        host = [p for p in space.planes if p.name == "/host:CPU"]
+        if not host:
+            raise RuntimeError(f"device_activity: the trace has no '/host:CPU' plane (planes: "
+                               f"{[p.name for p in space.planes]}); TensorFlow {tf.__version__}'s profiler "
+                               "output changed. Run tests/test_activity.py to see what differs.")
+        t0_ps = self._t0_ns * 1000
+        nodes = node_devices(_function_names(host[0]), _default_device(self._devices))
+        intervals, inputs, unattributed = _host_intervals(host[0], nodes, t0_ps)
+        r = self._result
+        r.source = "host ops"
+        report = None
+        from .devices import current
+
+        report = current()
+        if report is not None and report.mode == "gpu":
+            gpu = _gpu_intervals(space, self._devices, t0_ps)
+            if gpu:
+                intervals, r.source = gpu, "GPU planes"
+        r.intervals = sorted((i for i in intervals if i[0] in self._devices), key=lambda i: i[1])
+        r.unattributed_s = unattributed + sum(i[2] - i[1] for i in intervals if i[0] not in self._devices)
+        r.input_intervals = sorted(inputs)

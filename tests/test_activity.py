@@ -1,0 +1,216 @@
+"""device_activity on models no notebook uses: a functional conv net without a strategy, a nested
+model under MirroredStrategy over 4 devices (collective and ReductionToOneDevice), a two-device naive
+split of a functional MLP, and the rule the kit uses to place ops checked against the partition graphs
+TensorFlow itself reports for the same functions."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import last_json, run_python
+
+CHILD = """
+    import glob, json, os, tempfile, numpy as np, gputrain_kit as kit
+    kit.setup(devices=4)
+    import tensorflow as tf, keras
+    from tensorflow.python.eager import context
+    from gputrain_kit.activity import normalize_device
+
+    rng = np.random.default_rng(1)
+    devices = kit.device_names()
+    out = {"devices": devices}
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "gputrain-activity-*")))
+
+    def conv_net():
+        x = keras.Input((12, 12, 3))
+        h = keras.layers.Conv2D(8, 3, activation="relu")(x)
+        h = keras.layers.MaxPooling2D()(h)
+        h = keras.layers.Conv2D(16, 3, activation="relu")(h)
+        return keras.Model(x, keras.layers.Dense(5)(keras.layers.Flatten()(h)))
+
+    def nested():
+        inner = keras.Sequential([keras.Input((20,)), keras.layers.Dense(64, activation="tanh"),
+                                  keras.layers.Dense(64, activation="tanh")], name="inner")
+        x = keras.Input((20,))
+        return keras.Model(x, keras.layers.Dense(3)(inner(x)))
+
+    def partition_devices(run_metadata):
+        # Node name -> device as TensorFlow's placer decided, from the partition graphs.
+        found = {}
+        for fg in run_metadata.function_graphs:
+            for pg in fg.partition_graphs:
+                for node in pg.node:
+                    found.setdefault(node.name, set()).add(normalize_device(node.device))
+        return found
+
+    def agreement(activity, placed):
+        # Of the intervals whose node TensorFlow reports, how many the kit put on the same device.
+        checked = agree = 0
+        for device, _, _, op in activity.intervals:
+            node = op.rsplit(":", 1)[0]
+            if node in placed and len(placed[node]) == 1:
+                checked += 1
+                agree += device in placed[node]
+        return checked, agree
+
+    def record(name, model, x, y, batch):
+        model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        context.enable_run_metadata()               # first fit: TensorFlow reports its partition graphs
+        with kit.device_activity() as activity:
+            model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
+        placed = partition_devices(context.export_run_metadata())
+        context.disable_run_metadata()
+        checked, agree = agreement(activity, placed)
+        fig = activity.plot(title=name)
+        out[name] = {"shares": activity.shares(), "computed": activity.computed(), "checked": checked,
+                     "agree": agree, "ops": len(activity.intervals), "overhead_s": activity.overhead_s,
+                     "wall_s": activity.wall_s, "unattributed_s": activity.unattributed_s,
+                     "busy_s": sum(activity.busy.values()), "figure": type(fig).__name__,
+                     "rows": [t.get_text() for t in fig.axes[0].get_yticklabels()],
+                     "note": [t.get_text() for t in fig.axes[0].texts],
+                     "kinds": sorted({kit.plots.op_kind(op) for _, _, _, op in activity.intervals}),
+                     "reduction devices": sorted({d for d, _, _, op in activity.intervals
+                                                  if kit.plots.op_kind(op) == "gradient reduction"})}
+        return activity
+
+    x = rng.normal(size=(256, 12, 12, 3)).astype("float32"); y = rng.integers(0, 5, 256)
+    record("plain conv net", conv_net(), x, y, 64)
+
+    x = rng.normal(size=(512, 20)).astype("float32"); y = rng.integers(0, 3, 512)
+    for name, ops in [("mirrored collective", None), ("mirrored to one device", tf.distribute.ReductionToOneDevice())]:
+        strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=ops)
+        with strategy.scope():
+            model = nested()
+            record(name, model, x, y, 128)
+
+    # A two-device naive split of a functional MLP: stage 1 on device 0, stage 2 on device 1.
+    first = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
+                              keras.layers.Dense(256, activation="relu")])
+    second = keras.Sequential([keras.Input((256,)), keras.layers.Dense(256, activation="relu"),
+                               keras.layers.Dense(8)])
+
+    @tf.function
+    def split_step(x):
+        with tf.device(devices[0]):
+            h = first(x)
+        with tf.device(devices[1]):
+            return second(h)
+
+    xs = tf.constant(rng.normal(size=(512, 64)).astype("float32"))
+    context.enable_run_metadata()
+    with kit.device_activity(devices[:2]) as split:
+        for _ in range(4):
+            split_step(xs).numpy()
+    placed = partition_devices(context.export_run_metadata())
+    context.disable_run_metadata()
+    checked, agree = agreement(split, placed)
+    out["naive split"] = {"overlap": split.overlap(devices[0], devices[1]), "shares": split.shares(),
+                          "idle": split.idle_fraction(), "checked": checked, "agree": agree}
+
+    # Reading too early, another profiler, a failing block: clear errors, no folder left.
+    with kit.device_activity() as early:
+        try:
+            early.busy
+        except RuntimeError as e:
+            out["early"] = str(e)
+    tf.profiler.experimental.start(tempfile.mkdtemp())
+    try:
+        with kit.device_activity():
+            pass
+    except kit.ProfilerBusyError as e:
+        out["busy"] = str(e)
+    finally:
+        tf.profiler.experimental.stop()
+    try:
+        with kit.device_activity():
+            with kit.device_activity():
+                pass
+    except kit.ProfilerBusyError as e:
+        out["nested"] = str(e)
+    try:
+        with kit.device_activity():
+            raise KeyError("in the block")
+    except KeyError:
+        out["raised"] = True
+    with kit.device_activity() as after:          # the profiler is free again
+        tf.reduce_sum(tf.ones(3)).numpy()
+    out["after"] = after.source
+    out["left"] = sorted(set(glob.glob(os.path.join(tempfile.gettempdir(), "gputrain-activity-*"))) - before)
+    print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def result():
+    return last_json(run_python(CHILD, timeout=400))
+
+
+def test_without_a_strategy_device_0_does_the_work(result):
+    plain = result["plain conv net"]
+    assert plain["shares"][result["devices"][0]] >= 0.9
+    assert plain["computed"] == [result["devices"][0]]
+    assert {"forward", "backward", "update"} <= set(plain["kinds"])
+
+
+@pytest.mark.parametrize("name", ["mirrored collective", "mirrored to one device"])
+def test_under_mirrored_strategy_every_device_works(result, name):
+    run = result[name]
+    assert all(run["shares"][d] >= 0.10 for d in result["devices"]), run["shares"]
+    assert run["computed"] == result["devices"]
+
+
+def test_the_gradient_reduction_runs_on_every_device_or_on_one(result):
+    assert result["mirrored collective"]["reduction devices"] == result["devices"]      # the all-reduce
+    assert result["mirrored to one device"]["reduction devices"] == result["devices"][:1]  # summed on device 0
+
+
+@pytest.mark.parametrize("name", ["plain conv net", "mirrored collective", "mirrored to one device", "naive split"])
+def test_the_kits_placement_agrees_with_tensorflows_partition_graphs(result, name):
+    """Pins the rule (requested device, else the caller's, else device 0) to the installed TensorFlow:
+    if this fails, TensorFlow's placer or the trace's op names changed."""
+    run = result[name]
+    assert run["checked"] >= 8, f"TensorFlow reported too few of the traced nodes to compare: {run}"
+    assert run["agree"] == run["checked"], run
+
+
+@pytest.mark.parametrize("name", ["plain conv net", "mirrored collective", "mirrored to one device"])
+def test_what_is_left_out_is_small(result, name):
+    """Variable reads that request no device (TensorFlow colocates them with the variable) are left
+    out of the timeline: microseconds each."""
+    run = result[name]
+    assert run["unattributed_s"] < 0.1 * run["busy_s"], run
+
+
+def test_a_naive_split_runs_one_device_at_a_time(result):
+    split = result["naive split"]
+    assert split["overlap"] < 0.20
+    assert all(s >= 0.2 for s in split["shares"].values()), split["shares"]
+    assert split["idle"] >= 0.35                      # the bubble: about half for two stages, one batch
+
+
+def test_plot_returns_a_labelled_figure(result):
+    plain = result["plain conv net"]
+    assert plain["figure"] == "Figure"
+    assert plain["rows"][:4] == [d.replace("/device:", "") for d in result["devices"]]
+    assert any("simulated devices" in t for t in plain["note"])
+
+
+def test_overhead_is_small(result):
+    for name in ("plain conv net", "mirrored collective"):
+        assert result[name]["overhead_s"] < 1.5, result[name]
+
+
+def test_misuse_and_cleanup(result):
+    assert "read it after the block" in result["early"]
+    assert "another TensorFlow profiler session is running" in result["busy"]
+    assert "tf.profiler.experimental.stop()" in result["busy"]
+    assert "another TensorFlow profiler session is running" in result["nested"]
+    assert result["raised"] is True
+    assert result["after"] == "host ops"
+    assert result["left"] == []                        # every trace folder deleted
+
+
+def test_bad_devices_argument_is_named():
+    import gputrain_kit as kit
+
+    with pytest.raises(TypeError, match="device_activity: devices must be a list"):
+        kit.device_activity("CPU:0")
