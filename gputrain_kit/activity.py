@@ -97,6 +97,7 @@ class DeviceActivity:
     overhead_s: float = 0.0      # starting, stopping and reading the profiler
     unattributed_s: float = 0.0  # op time the kit could not place on a device
     source: str = ""             # "host ops" or "GPU planes"
+    functions: list[str] = field(default_factory=list)   # the traced function of each interval
     _done: bool = False
 
     def _ready(self, what: str) -> None:
@@ -139,6 +140,19 @@ class DeviceActivity:
             return (0.0, 0.0)
         return (min(s for s, _ in times), max(e for _, e in times))
 
+    def main_window(self) -> tuple[float, float]:
+        """The span of the traced function that computed most (``fit``'s train function): where the
+        steps are, without the set-up before them (iterators, copies of the data)."""
+        self._ready("main_window()")
+        if not self.functions or len(self.functions) != len(self.intervals):
+            return self.window()
+        time_in: dict[str, float] = {}
+        for (_, s, e, _), fn in zip(self.intervals, self.functions):
+            time_in[fn] = time_in.get(fn, 0.0) + e - s
+        main = max(time_in, key=time_in.get)
+        spans = [(s, e) for (_, s, e, _), fn in zip(self.intervals, self.functions) if fn == main]
+        return (min(s for s, _ in spans), max(e for _, e in spans))
+
     def idle_fraction(self, devices: Sequence[str] | None = None) -> float:
         """Share of the devices' time, from the first op to the last, in which they computed nothing:
         what the GPipe bubble formula predicts for a layer split."""
@@ -155,12 +169,13 @@ class DeviceActivity:
         least = min(_length(sa), _length(sb))
         return overlap_seconds(sa, sb) / least if least else 0.0
 
-    def plot(self, title: str | None = None, ax: Any = None):
-        """A matplotlib Figure: one row per device (and one for the input pipeline), ops as bars."""
+    def plot(self, title: str | None = None, ax: Any = None, whole: bool = False):
+        """A matplotlib Figure: one row per device (and one for the input pipeline), ops as bars. It
+        shows the training steps; ``whole=True`` shows the set-up before them too."""
         self._ready("plot()")
         from .plots import activity_figure
 
-        return activity_figure(self, title=title, ax=ax)
+        return activity_figure(self, title=title, ax=ax, whole=whole)
 
     def __repr__(self) -> str:
         if not self._done:
@@ -194,41 +209,67 @@ _RESOURCE_OP = re.compile(r"ReadVariableOp|Assign\w*VariableOp|Resource\w+|VarIs
                           r"DestroyResourceOp")
 
 
-def node_devices(function_names: Iterable[str], default: str) -> dict[str, str | None]:
+def node_devices(function_names: Iterable[str], default: str,
+                 functions: dict[str, str] | None = None) -> dict[str, str | None]:
     """Node path (as the trace names it) -> device, for the given functions of the eager context.
 
     A node's device is the one it requested, else its caller's, else ``default`` (where the placer
     puts an op that asks for nothing). A variable op that asks for nothing runs where its variable
-    lives, which the function does not say: it maps to None (left out of the timeline).
+    lives, which the function does not say; it gets the device requested by another op on the same
+    variable, else by an op that uses its result, else ``default`` when nothing in the function asks
+    for a device, else None (left out of the timeline). ``functions``, when given, is filled with
+    node path -> the traced function it belongs to.
+
+    Limit: a variable op that requests a device other than its variable's runs where the variable
+    lives (TensorFlow colocates them) but is shown where it was requested; create each variable on
+    the device that uses it (notebook 03) and the two agree.
     """
     from tensorflow.python.eager import context
 
     ctx = context.context()
     out: dict[str, str | None] = {}
 
-    def walk(name: str, prefix: str, inherited: str, depth: int) -> None:
+    def source(ref: str) -> str:
+        return ref.lstrip("^").split(":", 1)[0]
+
+    def walk(name: str, prefix: str, inherited: str, depth: int, top: str) -> None:
         if depth > 20:
             return
         try:
             fdef = ctx.get_function_def(name)
         except Exception:       # a tf.data function: not in the eager context's library
             return
+        asked = {node.name: normalize_device(node.device) or inherited for node in fdef.node_def}
+        anything_asked = any(asked.values())
+        by_resource: dict[str, str] = {}      # a variable (the input it comes from) -> a device asked for it
+        by_consumer: dict[str, str] = {}      # a node -> a device asked by a node that uses its result
         for node in fdef.node_def:
-            requested = normalize_device(node.device) or inherited
-            if not requested and _RESOURCE_OP.fullmatch(node.op):
-                out[prefix + node.name] = None
+            if not asked[node.name]:
+                continue
+            for ref in node.input:
+                by_consumer.setdefault(source(ref), asked[node.name])
+            if _RESOURCE_OP.fullmatch(node.op) and node.input:
+                by_resource.setdefault(source(node.input[0]), asked[node.name])
+        for node in fdef.node_def:
+            device = asked[node.name]
+            if not device and _RESOURCE_OP.fullmatch(node.op):
+                device = (by_resource.get(source(node.input[0])) if node.input else None) \
+                    or by_consumer.get(node.name) or (None if anything_asked else default)
+                out[prefix + node.name] = device
             else:
-                out[prefix + node.name] = requested or default
+                out[prefix + node.name] = device or default
+            if functions is not None:
+                functions[prefix + node.name] = top
             for key, attr in node.attr.items():
                 if key not in _FUNC_ATTRS_SKIP and attr.func.name:
-                    walk(attr.func.name, prefix + node.name + "/", requested, depth + 1)
+                    walk(attr.func.name, prefix + node.name + "/", asked[node.name], depth + 1, top)
 
     for name in function_names:
-        walk(name, "", "", 0)
+        walk(name, "", "", 0, name)
     return out
 
 
-def _host_intervals(plane: Any, nodes: dict[str, str], t0_ps: int):
+def _host_intervals(plane: Any, nodes: dict[str, str | None], t0_ps: int, functions: dict[str, str]):
     intervals, inputs, unattributed = [], [], 0.0
     for line in plane.lines:
         base = line.timestamp_ns * 1000 - t0_ps
@@ -253,7 +294,7 @@ def _host_intervals(plane: Any, nodes: dict[str, str], t0_ps: int):
             if device is None:                            # not in a known function, or a variable op
                 unattributed += event.duration_ps / 1e12
                 continue
-            intervals.append((device, start, end, f"{node}:{op_type}"))
+            intervals.append((device, start, end, f"{node}:{op_type}", functions.get(node, "")))
     return intervals, inputs, unattributed
 
 
@@ -277,7 +318,7 @@ def _gpu_intervals(space: Any, devices: Sequence[str], t0_ps: int):
                     if stat_names.get(stat.metadata_id) == "tf_op":
                         op = stat.str_value or stat_names.get(stat.ref_value, op)
                 start = (base + event.offset_ps) / 1e12
-                intervals.append((device, start, start + event.duration_ps / 1e12, op))
+                intervals.append((device, start, start + event.duration_ps / 1e12, op, ""))
     del names
     return [i for i in intervals if i[0] in devices]
 
@@ -369,8 +410,9 @@ class device_activity:
                                f"{[p.name for p in space.planes]}); TensorFlow {tf.__version__}'s profiler "
                                "output changed. Run tests/test_activity.py to see what differs.")
         t0_ps = self._t0_ns * 1000
-        nodes = node_devices(_function_names(host[0]), _default_device(self._devices))
-        intervals, inputs, unattributed = _host_intervals(host[0], nodes, t0_ps)
+        functions: dict[str, str] = {}
+        nodes = node_devices(_function_names(host[0]), _default_device(self._devices), functions)
+        intervals, inputs, unattributed = _host_intervals(host[0], nodes, t0_ps, functions)
         r = self._result
         r.source = "host ops"
         report = None
@@ -381,6 +423,8 @@ class device_activity:
             gpu = _gpu_intervals(space, self._devices, t0_ps)
             if gpu:
                 intervals, r.source = gpu, "GPU planes"
-        r.intervals = sorted((i for i in intervals if i[0] in self._devices), key=lambda i: i[1])
+        kept = sorted((i for i in intervals if i[0] in self._devices), key=lambda i: i[1])
+        r.intervals = [i[:4] for i in kept]
+        r.functions = [i[4] for i in kept]
         r.unattributed_s = unattributed + sum(i[2] - i[1] for i in intervals if i[0] not in self._devices)
         r.input_intervals = sorted(inputs)

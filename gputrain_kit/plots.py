@@ -160,9 +160,10 @@ def op_kind(op_name: str) -> str:
     return "forward"
 
 
-def activity_figure(activity: Any, title: str | None = None, ax: Any = None):
+def activity_figure(activity: Any, title: str | None = None, ax: Any = None, whole: bool = False):
     """One row per device (device 0 on top), each op a bar coloured by what it does, idle time left
-    blank; the input pipeline (tf.data threads, on the host) as a last row when it did any work."""
+    blank; the input pipeline (tf.data threads, on the host) as a last row when it did any work.
+    Shows the steps (the span of the function that computed most) unless ``whole`` is true."""
     import matplotlib.pyplot as plt
 
     devices = list(activity.devices)
@@ -179,24 +180,24 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None):
         from .activity import merge
 
         bars[(len(devices), "input pipeline")] = merge((s, e) for s, e, _ in activity.input_intervals)
-    lo, hi = activity.window()                    # from the first op on a device to the last
+    lo, hi = activity.window() if whole else activity.main_window()
     if not activity.intervals and activity.input_intervals:
         lo = min(s for s, _, _ in activity.input_intervals)
         hi = max(e for _, e, _ in activity.input_intervals)
     pad = max(hi - lo, 1e-6)
     min_width = pad / 1500                        # a 10-microsecond op is still a visible line
     for (row, kind), spans in bars.items():
-        ax.broken_barh([((s - lo) * 1e3, max(e - s, min_width) * 1e3) for s, e in spans], (row - 0.38, 0.76),
-                       facecolors=colours[kind], linewidth=0)
+        shown = [((s - lo) * 1e3, max(e - s, min_width) * 1e3) for s, e in spans if e >= lo and s <= hi]
+        ax.broken_barh(shown, (row - 0.38, 0.76), facecolors=colours[kind], linewidth=0)
     labels = [d.replace("/device:", "") for d in devices] + (["input (host)"] if activity.input_intervals else [])
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, pad * 1e3)
     kind_text = ("simulated devices: logical CPUs sharing the same cores, so this shows placement and order, "
                  "not GPU speed" if activity.simulated else "GPUs")
-    ax.set_xlabel("milliseconds since the first op")
-    ax.set_title(title or "which device computed what", fontsize=10, loc="left")
-    ax.text(1.0, 1.02, kind_text, transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="0.35")
+    ax.set_xlabel("milliseconds" + ("" if whole else " (the training steps)"))
+    ax.set_title(title or "which device computed what", fontsize=10, loc="left", pad=16)
+    ax.text(0.0, 1.02, kind_text, transform=ax.transAxes, ha="left", va="bottom", fontsize=7, color="0.35")
     from matplotlib.patches import Patch
 
     used = [k for k in _KINDS if any(kind == k for _, kind in bars)]

@@ -83,10 +83,13 @@ CHILD = """
             record(name, model, x, y, 128)
 
     # A two-device naive split of a functional MLP: stage 1 on device 0, stage 2 on device 1.
-    first = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
-                              keras.layers.Dense(256, activation="relu")])
-    second = keras.Sequential([keras.Input((256,)), keras.layers.Dense(256, activation="relu"),
-                               keras.layers.Dense(8)])
+    # Each stage's variables are created on its device, as notebook 03 teaches.
+    with tf.device(devices[0]):
+        first = keras.Sequential([keras.Input((64,)), keras.layers.Dense(256, activation="relu"),
+                                  keras.layers.Dense(256, activation="relu")])
+    with tf.device(devices[1]):
+        second = keras.Sequential([keras.Input((256,)), keras.layers.Dense(256, activation="relu"),
+                                   keras.layers.Dense(8)])
 
     @tf.function
     def split_step(x):
