@@ -279,7 +279,9 @@ def _host_intervals(plane: Any, nodes: dict[str, str | None], t0_ps: int, functi
             start = (base + event.offset_ps) / 1e12
             end = start + event.duration_ps / 1e12
             if on_data_thread:
-                if not name.startswith("ThreadpoolListener"):
+                # The pipeline's own work: user functions (map, generator, filter) and the workers that
+                # fill prefetch / parallel-map buffers. Not the consumer's GetNext, which includes waiting.
+                if name.startswith("InstantiatedCapturedFunction::Run") or name.endswith("Produce"):
                     inputs.append((start, end, name))
                 continue
             if ":" not in name or "::" in name or " " in name:
@@ -288,8 +290,7 @@ def _host_intervals(plane: Any, nodes: dict[str, str | None], t0_ps: int, functi
             if op_type in _NOT_COMPUTE:
                 continue
             if any(k in op_type for k in ("Iterator", "Dataset", "Optional")):
-                inputs.append((start, end, name))         # the step asking the input pipeline for a batch
-                continue
+                continue                                  # the step asking the input pipeline for a batch
             device = nodes.get(node)
             if device is None:                            # not in a known function, or a variable op
                 unattributed += event.duration_ps / 1e12
@@ -371,7 +372,6 @@ class device_activity:
         except Exception:
             shutil.rmtree(self._dir, ignore_errors=True)
             raise
-        self._t0_ns = time.time_ns()
         self._overhead = time.perf_counter() - started
         self._wall = time.perf_counter()
         return self._result
@@ -409,7 +409,9 @@ class device_activity:
             raise RuntimeError(f"device_activity: the trace has no '/host:CPU' plane (planes: "
                                f"{[p.name for p in space.planes]}); TensorFlow {tf.__version__}'s profiler "
                                "output changed. Run tests/test_activity.py to see what differs.")
-        t0_ps = self._t0_ns * 1000
+        # The trace's clock is its own (not time.time()): times count from its first host event.
+        t0_ps = min((line.timestamp_ns * 1000 + min(e.offset_ps for e in line.events)
+                     for line in host[0].lines if line.events), default=0)
         functions: dict[str, str] = {}
         nodes = node_devices(_function_names(host[0]), _default_device(self._devices), functions)
         intervals, inputs, unattributed = _host_intervals(host[0], nodes, t0_ps, functions)

@@ -5,7 +5,7 @@ import re
 from typing import Any, Sequence
 
 __all__ = ["scaling_figure", "memory_figure", "scaling_curve_figure", "sweep_figure", "replica_heatmap",
-           "activity_figure", "op_kind"]
+           "activity_figure", "activity_comparison", "op_kind"]
 
 
 def scaling_figure(rows: Sequence[dict[str, Any]]):
@@ -189,6 +189,11 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
     for (row, kind), spans in bars.items():
         shown = [((s - lo) * 1e3, max(e - s, min_width) * 1e3) for s, e in spans if e >= lo and s <= hi]
         ax.broken_barh(shown, (row - 0.38, 0.76), facecolors=colours[kind], linewidth=0)
+    for (row, kind), spans in bars.items():        # reductions can last microseconds: mark each one
+        if kind == "gradient reduction":
+            starts = [(s - lo) * 1e3 for s, e in spans if e >= lo and s <= hi]
+            ax.plot(starts, [row - 0.5] * len(starts), linestyle="none", marker="v", markersize=5,
+                    color=colours[kind], clip_on=False)
     labels = [d.replace("/device:", "") for d in devices] + (["input (host)"] if activity.input_intervals else [])
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -204,6 +209,23 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
     ax.legend([Patch(color=colours[k]) for k in used], used, loc="upper left", bbox_to_anchor=(1.01, 1),
               fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def activity_comparison(activities: dict[str, Any]):
+    """Several device_activity timelines stacked, one titled panel each, on a common time scale."""
+    import matplotlib.pyplot as plt
+
+    rows = [len(a.devices) + bool(a.input_intervals) for a in activities.values()]
+    fig, axes = plt.subplots(len(activities), 1, figsize=(9, 0.9 * len(activities) + 0.42 * sum(rows)),
+                             gridspec_kw={"height_ratios": rows}, squeeze=False)
+    for ax, (title, activity) in zip(axes[:, 0], activities.items()):
+        activity_figure(activity, title=title, ax=ax)
+    widest = max(ax.get_xlim()[1] for ax in axes[:, 0])
+    for ax in axes[:, 0]:
+        ax.set_xlim(0, widest)                    # the same milliseconds in every panel
     fig.tight_layout()
     plt.close(fig)
     return fig

@@ -76,6 +76,7 @@ class RunResult:
     samples_per_s: float
     val_accuracy: float
     device_kind: str            # "simulated" (logical CPUs) or "GPU"
+    activity: Any = None        # a DeviceActivity of steps 2-4 of epoch 1, when asked for
 
     def row(self) -> dict[str, Any]:
         return {"replicas": self.replicas, "global batch": self.global_batch, "per replica": self.per_replica,
@@ -85,10 +86,13 @@ class RunResult:
 
 
 def train_digits(replicas: int, global_batch: int, *, epochs: int = 3, learning_rate: float = 3e-3,
-                 on_epoch: Callable[[int, int], None] | None = None) -> RunResult:
+                 on_epoch: Callable[[int, int], None] | None = None, activity: bool = False) -> RunResult:
     """Train the digits model from the same seed on ``replicas`` devices; time it and score it.
 
-    ``on_epoch(done, total)`` is called after each epoch (for progress bars).
+    ``on_epoch(done, total)`` is called after each epoch (for progress bars). ``activity=True`` records
+    which device computed what during steps 2 to 4 of the first epoch (``kit.device_activity``); the
+    first epoch is left out of the timing anyway (it traces the step), so the profiler costs no
+    accuracy and no timing.
     """
     import keras
     import numpy as np
@@ -121,9 +125,33 @@ def train_digits(replicas: int, global_batch: int, *, epochs: int = 3, learning_
             if on_epoch is not None:
                 on_epoch(epoch + 1, epochs)
 
+    recorded: list[Any] = []
+
+    class _Activity(keras.callbacks.Callback):       # steps 2-4 of epoch 1: after the step is traced
+        def on_train_batch_begin(self, batch, logs=None):
+            if not recorded and batch == 1:
+                from .activity import device_activity
+
+                self._recorder = device_activity(current().devices if current() else None)
+                recorded.append(self._recorder.__enter__())
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 3:
+                self.on_epoch_end(0)
+
+        def on_epoch_end(self, epoch, logs=None):
+            if getattr(self, "_recorder", None) is not None:
+                self._recorder.__exit__(None, None, None)
+                self._recorder = None
+
     plan = plan_batches(n_train, global_batch, replicas)
+    callbacks = [_Timer()] + ([_Activity()] if activity else [])
     try:
-        model.fit(split.train, epochs=epochs, verbose=0, shuffle=False, callbacks=[_Timer()])
+        try:
+            model.fit(split.train, epochs=epochs, verbose=0, shuffle=False, callbacks=callbacks)
+        finally:
+            for callback in callbacks[1:]:
+                callback.on_epoch_end(0)              # never leave the profiler running
     except Exception as err:  # tf.errors.InvalidArgumentError, checked by message to keep TF out of this module's imports
         if "AddN" in str(err) and len(set(plan[0])) > 1:
             raise UnevenBatchError(
@@ -141,7 +169,8 @@ def train_digits(replicas: int, global_batch: int, *, epochs: int = 3, learning_
     return RunResult(replicas=replicas, global_batch=global_batch, per_replica=max(plan[0]),
                      steps=len(plan), last_step=tuple(plan[-1]), epochs=epochs, epoch_time_s=epoch_time,
                      samples_per_s=n_train / epoch_time, val_accuracy=val_accuracy,
-                     device_kind="simulated" if (report is None or report.simulated) else "GPU")
+                     device_kind="simulated" if (report is None or report.simulated) else "GPU",
+                     activity=recorded[0] if recorded else None)
 
 
 def distributed_split(strategy: Any, n_samples: int, global_batch: int, drop_remainder: bool = False,

@@ -135,6 +135,9 @@ class ScalingExplorer:
         self.split = widgets.HTML()
         self.table = widgets.HTML(render_rows([]))
         self.plot = widgets.Output()
+        self.timeline = widgets.Output()        # which device computed what in the last run
+        self.activity = None
+        self.timeline_figure = None
         kind = ("<b>Simulated devices</b>: every replica shares the same CPU cores, so more replicas are "
                 "<i>not</i> expected to be faster; timings show overhead, not GPU speed-ups."
                 if report is None or report.simulated else
@@ -146,7 +149,7 @@ class ScalingExplorer:
         self.preview()
         self.widget = widgets.VBox([self.kind, widgets.HBox([self.replicas, self.batch]), self.mode,
                                     widgets.HBox([self.button, self.progress]), self.status, self.split,
-                                    self.table, self.plot])
+                                    self.table, self.plot, self.timeline])
 
     def global_batch(self) -> int:
         """The global batch the current controls mean."""
@@ -174,9 +177,11 @@ class ScalingExplorer:
             self.progress.value = done
 
         try:
-            row = train_digits(replicas, global_batch, epochs=self.epochs, on_epoch=on_epoch).row()
+            result = train_digits(replicas, global_batch, epochs=self.epochs, on_epoch=on_epoch, activity=True)
+            row, self.activity = result.row(), result.activity
             self.status.value = "done."
         except UnevenBatchError as err:
+            self.activity = None
             row = {"replicas": replicas, "global batch": global_batch, "per replica": -(-global_batch // replicas),
                    "steps/epoch": None, "epoch time (s)": None, "samples/s": None, "val accuracy": None,
                    "devices": "refused"}
@@ -190,6 +195,13 @@ class ScalingExplorer:
             from IPython.display import display
             from .plots import scaling_figure
             display(scaling_figure(self.rows))
+        self.timeline.clear_output(wait=True)
+        self.timeline_figure = None
+        if self.activity is not None and row["val accuracy"] is not None:
+            self.timeline_figure = self.activity.plot(
+                title=f"last run: {replicas} replica(s), global batch {global_batch}, steps 2-4 of epoch 1")
+            with self.timeline:
+                display(self.timeline_figure)
         return row
 
     def _ipython_display_(self) -> None:
