@@ -41,6 +41,7 @@ case("launch_local_workers", "private_network", "private_network='yes'",
      "kit.launch_local_workers(job, 2, private_network='yes')")
 case("launch_local_workers", "timeout", "timeout=-1", "kit.launch_local_workers(job, 2, timeout=-1)")
 case("explain", "error", "a number", "kit.explain(42)")
+case("device_activity", "devices", "one device name instead of a list", "kit.device_activity('/device:CPU:0')")
 case("expect_error", "", "no exception type", "kit.expect_error().__enter__()")
 case("bncases.run_cases", "", "an unknown model kind", "kit.bncases.run_cases([('mlp', 'scale=True', 'drop_remainder')])")
 # --------------------------------------------------------------------------- models

@@ -109,6 +109,51 @@ CHILD = """
     out["naive split"] = {"overlap": split.overlap(devices[0], devices[1]), "shares": split.shares(),
                           "idle": split.idle_fraction(), "checked": checked, "agree": agree}
 
+    # Micro-batches, each device one at a time (as a GPU's stream): the bubble shrinks.
+    def pipelined(m):
+        @tf.function
+        def step(x):
+            outs, last_1, last_2 = [], [], []
+            for chunk in tf.split(x, m):
+                with tf.device(devices[0]), tf.control_dependencies(last_1):
+                    h = first(chunk)
+                with tf.device(devices[1]), tf.control_dependencies(last_2):
+                    o = second(h)
+                last_1, last_2 = [h], [o]
+                outs.append(o)
+            return tf.concat(outs, 0)
+        return step
+    bubble = {}
+    big = tf.constant(rng.normal(size=(4096, 64)).astype("float32"))   # micro-batches of 1024 rows
+    for m in (1, 4):
+        step = pipelined(m)
+        step(big)
+        runs = []
+        for _ in range(3):
+            with kit.device_activity(devices[:2]) as a:
+                step(big).numpy()
+            runs.append(a.idle_fraction())
+        bubble[m] = sorted(runs)[1]                     # the median of three
+    out["bubble"] = bubble
+
+    # A starved device: Python preprocessing per sample vs TensorFlow ops on batches with prefetch.
+    images = rng.normal(size=(192, 48)).astype("float32"); labels = rng.integers(0, 4, 192)
+    def slow(image):
+        return np.asarray([v * 0.5 for v in image.numpy().tolist()], dtype=np.float32)
+    slow_ds = tf.data.Dataset.from_tensor_slices((images, labels)).map(
+        lambda i, l: (tf.ensure_shape(tf.py_function(slow, [i], tf.float32), (48,)), l)).batch(32)
+    fast_ds = tf.data.Dataset.from_tensor_slices((images, labels)).batch(32).map(
+        lambda i, l: (i * 0.5, l), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    small = keras.Sequential([keras.Input((48,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(4)])
+    small.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    starved = {}
+    for name, ds in [("slow", slow_ds), ("fast", fast_ds)]:
+        small.fit(ds.take(1), shuffle=False, verbose=0)
+        with kit.device_activity(devices[:1]) as a:
+            small.fit(ds, shuffle=False, verbose=0)
+        starved[name] = {"idle": a.idle_fraction(), "input": a.input_busy, "busy": a.busy[devices[0]]}
+    out["starved"] = starved
+
     # Reading too early, another profiler, a failing block: clear errors, no folder left.
     with kit.device_activity() as early:
         try:
@@ -188,6 +233,22 @@ def test_a_naive_split_runs_one_device_at_a_time(result):
     assert split["overlap"] < 0.20
     assert all(s >= 0.2 for s in split["shares"].values()), split["shares"]
     assert split["idle"] >= 0.35                      # the bubble: about half for two stages, one batch
+
+
+def test_micro_batches_shrink_the_measured_bubble(result):
+    """Notebook 03's measurement on another model: one batch leaves the two devices idle about half
+    the time (GPipe: (S-1)/(M+S-1) = 50%), four micro-batches clearly less."""
+    bubble = result["bubble"]
+    assert bubble["1"] >= 0.40, bubble
+    assert bubble["4"] < bubble["1"] - 0.1, bubble
+
+
+def test_a_python_pipeline_starves_the_device(result):
+    """Notebook 06's picture on another model: with Python preprocessing per sample the device is idle
+    more of the time and the input pipeline works longer than with TensorFlow ops on batches."""
+    slow, fast = result["starved"]["slow"], result["starved"]["fast"]
+    assert slow["idle"] > fast["idle"], result["starved"]
+    assert slow["input"] > 2 * fast["input"], result["starved"]
 
 
 def test_plot_returns_a_labelled_figure(result):
