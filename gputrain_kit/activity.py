@@ -20,6 +20,12 @@ trace it wrote (an XSpace, ``*.xplane.pb``) and deletes the folder. What it read
   those kernels are the timeline. (This path follows the documented XPlane layout; it has not run on
   a GPU in this project's CI.)
 
+Overhead, measured on the course's 2-core machine (one epoch of 8 steps of the digits model, median
+of 5): plain ``fit`` 61 ms without, 78 ms with the recording; under MirroredStrategy on 4 simulated
+devices 533 ms and 693 ms. Starting, stopping and reading the trace take 16 ms and 104 ms of that
+(``DeviceActivity.overhead_s``); the rest is the profiler recording each op. Record a few steps, not
+a whole training run: the trace is held in memory until the block ends.
+
 Simulated devices (the CPU split into logical CPUs) share the same cores: their timeline shows which
 device ran which op, and in what order, not GPU speed.
 """
