@@ -14,7 +14,7 @@ from .batching import plan_batches
 from .devices import SetupError, SetupReport, current, device_names, inventory, setup
 from .errors import error_summary, expect_error
 from .explainer import ExplainedError, Explanation, explain, explain_errors
-from .memory import estimate_memory
+from .memory import MemoryMeasurement, estimate_memory, measure_memory
 from .multiworker import PortInUseError, WorkerError, WorkerFailed, WorkerTimeout, launch_local_workers
 from .saving import load_verified, save_verified
 from .scaling import scaling_model
@@ -26,7 +26,7 @@ __all__ = [
     "setup", "device_names", "inventory", "current", "plan_batches", "expect_error", "error_summary", "bncases",
     "device_activity", "DeviceActivity", "ProfilerBusyError", "activity",
     "explain", "explain_errors", "Explanation", "ExplainedError", "explainer", "netns",
-    "parse_cuda_visible_devices", "estimate_memory", "branches", "memory", "pipeline",
+    "parse_cuda_visible_devices", "estimate_memory", "measure_memory", "MemoryMeasurement", "branches", "memory", "pipeline",
     "save_verified", "load_verified", "saving", "checkpoints",
     "scaling_model", "scaling", "feeding", "lrscaling",
     "replica_report", "ReplicaHealth", "ReplicaHealthError", "check_batch_plan", "replicas", "bntrap",

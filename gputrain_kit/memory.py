@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Sequence
 
-from ._args import require_choice, require_int, short
+from ._args import ArgumentTypeError, require_choice, require_int, short
 
 __all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "split_layers", "preset_profile",
-           "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "measure_training_step"]
+           "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "measure_training_step", "DTYPE_POLICIES",
+           "ZERO_STAGES", "remat_checkpoints"]
 
 OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1, "sgd-momentum": 1, "sgd": 0}
 PRESETS = {
@@ -71,10 +72,12 @@ class MemoryEstimate:
     def __repr__(self) -> str:
         gb = lambda b: f"{b / 1e9:7.2f} GB"
         lines = [f"{self.strategy} on {self.devices} device(s), batch {self.batch_size}, {self.optimizer}:",
-                 f"  {'device':<7}{'params':>11}{'grads':>11}{'optimizer':>11}{'activ.':>11}{'total':>11}"]
+                 f"  {'device':<7}{'params':>11}{'grads':>11}{'optimizer':>11}{'accum.':>11}{'activ.':>11}"
+                 f"{'total':>11}"]
         for i, d in enumerate(self.per_device):
-            lines.append(f"  {i:<7}" + "".join(f"{gb(d[k]):>11}" for k in
-                                               ("parameters", "gradients", "optimizer", "activations", "total")))
+            lines.append(f"  {i:<7}" + "".join(f"{gb(d.get(k, 0)):>11}" for k in
+                                               ("parameters", "gradients", "optimizer", "accumulators",
+                                                "activations", "total")))
         return "\n".join(lines)
 
 
@@ -138,30 +141,91 @@ def dense_stack_profile(layers: int, width: int) -> list[LayerStat]:
     return [LayerStat(f"dense_{i}", width * width + width, width * width + width, width) for i in range(layers)]
 
 
+DTYPE_POLICIES = {"float32": 4, "mixed_float16": 2, "mixed_bfloat16": 2}   # bytes per activation value
+ZERO_STAGES = {0: "no sharding", 1: "optimizer slots sharded", 2: "slots and gradients sharded",
+               3: "slots, gradients and parameters sharded"}
+
+
+def remat_checkpoints(n_layers: int) -> list[int]:
+    """The layers whose outputs are kept when recomputing in segments of ceil(sqrt(n)) layers (Chen et
+    al., "Training Deep Nets with Sublinear Memory Cost", 2016): the last layer of every segment."""
+    import math
+
+    size = max(1, math.ceil(math.sqrt(n_layers)))
+    return [i for i in range(n_layers) if (i + 1) % size == 0 or i == n_layers - 1]
+
+
+def _kept_activations(stats: Sequence[LayerStat], remat: bool) -> int:
+    """Activation values per sample kept for the backward pass: all outputs, or with ``remat`` the
+    segment ends plus the largest segment, recomputed one segment at a time."""
+    if not remat or len(stats) < 3:
+        return sum(s.activations for s in stats)
+    ends = remat_checkpoints(len(stats))
+    segments, start = [], 0
+    for end in ends:
+        segments.append(sum(s.activations for s in stats[start:end + 1]))
+        start = end + 1
+    return sum(stats[i].activations for i in ends) + max(segments)
+
+
 def estimate_memory(model: Any, *, batch_size: int, optimizer: str = "adam", strategy: str = "single",
-                    devices: int = 1, bytes_per_value: int = 4) -> MemoryEstimate:
-    """Per-device bytes for parameters, gradients, optimizer slots and activations.
+                    devices: int = 1, dtype_policy: str = "float32", remat: bool = False,
+                    accumulation_steps: int = 1, zero_stage: int = 0, bytes_per_value: int = 4) -> MemoryEstimate:
+    """Per-device bytes for parameters, gradients, optimizer slots, gradient accumulators and activations.
 
     ``model``: a built Keras model, or a profile (list of LayerStat, e.g. from ``preset_profile``).
-    ``batch_size`` is the global batch. An estimate, not a lower or upper bound: see the module's
-    docstring for what it leaves out and what it counts that a real step may not keep.
+    ``batch_size`` is the global batch. The levers:
+
+    - ``dtype_policy``: ``"mixed_float16"`` / ``"mixed_bfloat16"`` keep float32 variables (so
+      parameters, gradients and optimizer slots do not shrink; a float16 policy's LossScaleOptimizer
+      adds two scalars) and compute in 16 bits: activations take 2 bytes instead of 4.
+    - ``remat``: activations recomputed in the backward pass, kept only at checkpoints (segments of
+      sqrt(layers) layers, see ``remat_checkpoints``); the step computes the forward pass about twice.
+    - ``accumulation_steps``: each step runs ``batch_size / accumulation_steps`` samples and adds one
+      float32 accumulator per trainable parameter; the update happens every ``accumulation_steps`` steps.
+    - ``zero_stage`` (data parallel only): 1 shards optimizer slots, 2 also gradients (and accumulators),
+      3 also parameters over the devices (ZeRO, Rajbhandari et al. 2020). TensorFlow has no ZeRO: this is
+      a model of what DeepSpeed, PyTorch FSDP or Keras' own ``keras.distribution`` on JAX do, and it costs
+      communication (stage 1-2: a reduce-scatter of gradients and an all-gather of parameters per step
+      instead of one all-reduce; stage 3: parameters gathered again for every layer, forward and backward).
+
+    An estimate, not a lower or upper bound: see the module's docstring for what it leaves out.
     """
     func = "estimate_memory"
     batch_size = require_int(func, "batch_size", batch_size, minimum=1)
     optimizer = require_choice(func, "optimizer", optimizer, OPTIMIZER_SLOTS)
     strategy = require_choice(func, "strategy", strategy, ("single", "data", "split"))
     devices = require_int(func, "devices", devices, minimum=1)
+    dtype_policy = require_choice(func, "dtype_policy", dtype_policy, DTYPE_POLICIES)
+    if not isinstance(remat, bool):
+        raise ArgumentTypeError(f"{func}: remat must be True or False, got {short(remat)}.")
+    accumulation_steps = require_int(func, "accumulation_steps", accumulation_steps, minimum=1)
+    if isinstance(zero_stage, bool):
+        raise ArgumentTypeError(f"{func}: zero_stage must be 0, 1, 2 or 3, got {short(zero_stage)}.")
+    zero_stage = require_choice(func, "zero_stage", zero_stage, ZERO_STAGES)
     if strategy == "single" and devices != 1:
         raise ValueError(f"{func}: strategy='single' means one device; got devices={devices}. "
                          "Use strategy='data' or 'split' for several.")
+    if zero_stage and strategy != "data":
+        raise ValueError(f"{func}: zero_stage={zero_stage} shards data-parallel state over the devices; it needs "
+                         f"strategy='data', got strategy={short(strategy)}.")
+    if accumulation_steps > batch_size:
+        raise ValueError(f"{func}: accumulation_steps={accumulation_steps} is more than the batch "
+                         f"({batch_size}): each step needs at least one sample. Use at most {batch_size}.")
     stats = list(model) if isinstance(model, (list, tuple)) else profile(model)
     b, slots = bytes_per_value, OPTIMIZER_SLOTS[optimizer]
+    act_bytes = min(b, DTYPE_POLICIES[dtype_policy])
+    share = {name: (devices if zero_stage >= stage else 1)
+             for name, stage in (("optimizer", 1), ("gradients", 2), ("parameters", 3))}
 
     def usage(layers: Sequence[LayerStat], samples: int) -> dict[str, int]:
-        d = {"parameters": b * sum(s.params for s in layers),
-             "gradients": b * sum(s.trainable for s in layers),
-             "optimizer": b * slots * sum(s.trainable for s in layers),
-             "activations": b * samples * sum(s.activations for s in layers)}
+        trainable = sum(s.trainable for s in layers)
+        per_step = -(-samples // accumulation_steps)
+        d = {"parameters": -(-b * sum(s.params for s in layers) // share["parameters"]),
+             "gradients": -(-b * trainable // share["gradients"]),
+             "optimizer": -(-b * slots * trainable // share["optimizer"]),
+             "accumulators": -(-b * trainable // share["gradients"]) if accumulation_steps > 1 else 0,
+             "activations": act_bytes * per_step * _kept_activations(layers, remat)}
         d["total"] = sum(d.values())
         return d
 
@@ -171,15 +235,31 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: str = "adam", str
     else:
         shares = [-(-batch_size // devices)] * devices if strategy == "data" else [batch_size]
         per_device = [usage(stats, s) for s in shares]
+    levers = []
+    if dtype_policy != "float32":
+        levers.append(f"{dtype_policy}: float32 variables, gradients and slots; {act_bytes}-byte activations"
+                      + ("; LossScaleOptimizer adds 2 scalars" if dtype_policy == "mixed_float16" else ""))
+    if remat:
+        levers.append(f"recomputation: outputs kept at {len(remat_checkpoints(len(stats)))} of {len(stats)} layers "
+                      "plus one segment; the forward pass runs about twice")
+    if accumulation_steps > 1:
+        levers.append(f"gradient accumulation: {accumulation_steps} steps of {-(-batch_size // accumulation_steps)} "
+                      "samples (global), one float32 accumulator per trainable parameter, one update per "
+                      f"{accumulation_steps} steps")
+    if zero_stage:
+        levers.append(f"ZeRO stage {zero_stage} ({ZERO_STAGES[zero_stage]}) over {devices} devices: a model of "
+                      "DeepSpeed / PyTorch FSDP / keras.distribution on JAX, not something TensorFlow does; "
+                      + ("parameters all-gathered for every layer, forward and backward"
+                         if zero_stage == 3 else "a reduce-scatter and an all-gather instead of one all-reduce"))
     assumptions = (
-        f"{b}-byte values (float32); {slots} optimizer slot(s) per trainable parameter ({optimizer})",
+        f"{b}-byte variables (float32); {slots} optimizer slot(s) per trainable parameter ({optimizer})",
         "activations = every layer's output, as if all were kept for backprop; left out: CUDA context, "
         "cuDNN workspace, backward and update temporaries, optimizer scalars: an estimate, not a bound",
         "data parallel: every device holds the whole model, its gradients and slots; batch split ceil(b/n)"
         if strategy == "data" else
         "split: consecutive layers per device, balanced by memory; each keeps its activations for the whole batch"
         if strategy == "split" else "single device: everything in one place",
-    )
+    ) + tuple(levers)
     return MemoryEstimate(strategy, devices, batch_size, optimizer, tuple(per_device), assumptions)
 
 
@@ -212,3 +292,191 @@ def measure_training_step(model: Any, x: Any, y: Any) -> dict[str, int]:
     step = tf.config.experimental.get_memory_info(device)["peak"] - before
     variables = sum(np.dtype(v.dtype).itemsize * math.prod(v.shape) for v in model.weights + optimizer.variables)
     return {"variables": int(variables), "step": int(step), "total": int(variables + step)}
+
+
+@dataclass(frozen=True)
+class MemoryMeasurement:
+    """What TensorFlow's allocator held for a training run of ``build()``, measured in a fresh process."""
+
+    state_bytes: int      # held between training steps (at most): parameters, slots, accumulators, scalars
+    peak_bytes: int       # the allocator's peak during a training step, model state included
+    device: str           # the allocator measured (one device: every logical CPU shares one)
+    config: dict
+
+    def __repr__(self) -> str:
+        return (f"MemoryMeasurement({self.config}): state {self.state_bytes / 1e6:.2f} MB, "
+                f"peak {self.peak_bytes / 1e6:.2f} MB on {self.device}'s allocator")
+
+
+_MEASURE_CHILD = r'''
+import json, os, sys
+sys.path.insert(0, {root!r})
+import gputrain_kit as kit
+kit.setup(devices=1, seed=0)
+import keras
+import numpy as np
+import tensorflow as tf
+config = json.loads({config!r})
+keras.mixed_precision.set_dtype_policy(config["dtype_policy"])
+namespace = {{"keras": keras, "tf": tf, "np": np, "__name__": "__gputrain_build__"}}
+exec(compile({source!r}, "<build>", "exec"), namespace)
+model = namespace[{name!r}]()
+if not isinstance(model, keras.Model):
+    raise TypeError("measure_memory: build() must return a Keras model, got " + type(model).__name__)
+if config["remat"]:
+    model = kit.memory.rematerialize(model)
+kwargs = {{"gradient_accumulation_steps": config["accumulation_steps"]}} if config["accumulation_steps"] > 1 else {{}}
+optimizer = getattr(keras.optimizers, config["optimizer"])(**kwargs)
+if config["dtype_policy"] == "mixed_float16":
+    optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+model.compile(optimizer=optimizer, loss="mse")
+device = kit.device_names(1)[0].replace("/device:", "")
+k = config["accumulation_steps"]
+
+
+def batch_of(n):
+    return (tf.random.stateless_normal((n,) + tuple(model.inputs[0].shape[1:]), seed=(1, 2)),
+            tf.zeros((n,) + tuple(model.outputs[0].shape[1:])))
+
+
+def held_between_steps(x, y, steps):
+    """The most the allocator holds between two training steps, the batch itself taken off."""
+    data = int(x.shape.num_elements() * x.dtype.size + y.shape.num_elements() * y.dtype.size)
+    held, peaks = [], []
+    for _ in range(steps):
+        tf.config.experimental.reset_memory_stats(device)
+        model.train_on_batch(x, y)
+        info = tf.config.experimental.get_memory_info(device)
+        held.append(info["current"] - data)
+        peaks.append(info["peak"])
+    return max(held), max(peaks)
+
+
+# Model state: one-sample steps (what Keras keeps of a batch between steps is then negligible), over
+# whole updates, since accumulators are held only while they accumulate and some slots appear only at
+# the first update.
+x, y = batch_of(1)
+held_between_steps(x, y, k)
+state, _ = held_between_steps(x, y, k)
+# Peak: the real batch, one whole update to trace, then `steps` updates measured.
+x, y = batch_of(config["batch_size"] // k)
+held_between_steps(x, y, k)
+_, peak = held_between_steps(x, y, config["steps"] * k)
+report(state=int(state), peak=int(peak), device=device)
+'''
+
+_OPTIMIZER_CLASSES = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "sgd": "SGD"}
+
+
+def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtype_policy: str = "float32",
+                   remat: bool = False, accumulation_steps: int = 1, steps: int = 2) -> MemoryMeasurement:
+    """Train ``build()``'s model for ``steps`` steps in a fresh process and ask TensorFlow's allocator.
+
+    ``build``: a zero-argument function, defined with ``def`` in a notebook cell or a script, returning an
+    uncompiled Keras model (``keras``, ``tf`` and ``np`` are available inside it). The model is trained
+    on random data with a mean-squared-error loss: one whole update, then ``steps`` updates measured
+    (``steps x accumulation_steps`` training steps). ``batch_size`` is the batch of one update: with
+    ``accumulation_steps=k`` each step runs ``batch_size / k`` samples. ``remat=True`` rematerializes
+    the model in segments (``rematerialize``). A fresh process, because every logical CPU shares one
+    allocator and a model measured after another would include the first one's memory.
+    """
+    import inspect
+    import json
+    import textwrap
+
+    from ._args import require_int
+    from .processes import run_child
+
+    func = "measure_memory"
+    if not inspect.isfunction(build) or build.__name__ == "<lambda>":
+        from ._args import typed
+
+        got = "a lambda" if getattr(build, "__name__", "") == "<lambda>" else typed(build)
+        raise ArgumentTypeError(f"{func}: build must be a function defined with `def` that returns an "
+                                f"uncompiled Keras model (it runs in a fresh process, which receives its "
+                                f"source), got {got}.")
+    if build.__code__.co_argcount:
+        raise ValueError(f"{func}: build must take no arguments; {build.__name__}() takes "
+                         f"{build.__code__.co_argcount}. Fix its settings inside it.")
+    if build.__code__.co_freevars:
+        raise ValueError(f"{func}: {build.__name__}() uses variables of an enclosing function "
+                         f"({', '.join(build.__code__.co_freevars)}); it runs in a fresh process that receives "
+                         "its source only: define it at the top level of a cell or a script.")
+    batch_size = require_int(func, "batch_size", batch_size, minimum=1)
+    optimizer = require_choice(func, "optimizer", optimizer, _OPTIMIZER_CLASSES)
+    dtype_policy = require_choice(func, "dtype_policy", dtype_policy, DTYPE_POLICIES)
+    if not isinstance(remat, bool):
+        raise ArgumentTypeError(f"{func}: remat must be True or False, got {short(remat)}.")
+    accumulation_steps = require_int(func, "accumulation_steps", accumulation_steps, minimum=1)
+    steps = require_int(func, "steps", steps, minimum=1)
+    if batch_size % accumulation_steps:
+        raise ValueError(f"{func}: batch_size={batch_size} is not divisible by accumulation_steps="
+                         f"{accumulation_steps}; every step must get the same number of samples.")
+    try:
+        source = textwrap.dedent(inspect.getsource(build))
+    except (OSError, TypeError) as err:
+        raise ValueError(f"{func}: cannot read the source of {build.__name__}() ({err}); define it in a "
+                         "notebook cell or a .py file.") from err
+    config = {"batch_size": batch_size, "optimizer": _OPTIMIZER_CLASSES[optimizer], "dtype_policy": dtype_policy,
+              "remat": remat, "accumulation_steps": accumulation_steps, "steps": steps}
+    from pathlib import Path
+
+    code = _MEASURE_CHILD.format(root=str(Path(__file__).resolve().parent.parent), config=json.dumps(config),
+                                 source=source, name=build.__name__)
+    values = run_child(code, timeout=300).values
+    shown = dict(config, optimizer=optimizer)
+    return MemoryMeasurement(int(values["state"]), int(values["peak"]), values["device"], shown)
+
+
+def _remat_segment_class():
+    import keras
+
+    class RematSegment(keras.layers.Layer):
+        """Consecutive layers whose activations are recomputed in the backward pass (``keras.remat``,
+        which is ``tf.recompute_grad`` on TensorFlow), so that only the segment's input is kept."""
+
+        def __init__(self, layers, **kwargs):
+            super().__init__(**kwargs)
+            self.inner = list(layers)
+
+        def build(self, input_shape):
+            shape = input_shape
+            for layer in self.inner:
+                if not layer.built:
+                    layer.build(shape)
+                shape = layer.compute_output_shape(shape)
+
+        def _forward(self, x):
+            for layer in self.inner:
+                x = layer(x)
+            return x
+
+        def call(self, x):
+            # Positional arguments only: TensorFlow's custom_gradient refuses keyword arguments in a
+            # traced function, which is why keras.RematScope fails on this backend.
+            return keras.remat(self._forward)(x)
+
+        def compute_output_shape(self, input_shape):
+            for layer in self.inner:
+                input_shape = layer.compute_output_shape(input_shape)
+            return input_shape
+
+    return RematSegment
+
+
+def rematerialize(model: Any):
+    """A Sequential model rebuilt as segments of ceil(sqrt(layers)) layers, each recomputed in the
+    backward pass: the form of recomputation that works on the TensorFlow backend (``keras.RematScope``
+    fails there). The layers (and their weights) are the same objects."""
+    import keras
+
+    if not isinstance(model, keras.Sequential):
+        raise ArgumentTypeError(f"rematerialize: pass a keras.Sequential model (functional models: wrap "
+                                f"consecutive layers in keras.remat by hand), got {short(model)}.")
+    layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+    ends = remat_checkpoints(len(layers))
+    segment, start, segments = _remat_segment_class(), 0, []
+    for end in ends:
+        segments.append(segment(layers[start:end + 1], name=f"remat_{len(segments)}"))
+        start = end + 1
+    return keras.Sequential([keras.Input(model.inputs[0].shape[1:])] + segments, name=f"{model.name}_remat")

@@ -50,7 +50,9 @@ def memory_figure(estimate: Any, capacity_gb: float):
     (right), so that a part far smaller than the others is still readable instead of a sliver."""
     import matplotlib.pyplot as plt
 
-    parts = ("parameters", "gradients", "optimizer", "activations")
+    parts = ("parameters", "gradients", "optimizer", "accumulators", "activations")
+    if not any(d.get("accumulators") for d in estimate.per_device):
+        parts = ("parameters", "gradients", "optimizer", "activations")
     # Constrained layout runs when the figure is drawn, not here: the widget's update stays fast.
     fig, (ax, parts_ax) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [3, 2]},
                                        layout="constrained")

@@ -212,7 +212,7 @@ class ScalingExplorer:
 def memory_verdict(estimate: Any, capacity_gb: float) -> str:
     """One sentence: does the fullest device fit on the card, and what dominates it."""
     fullest = max(estimate.per_device, key=lambda d: d["total"])
-    state = fullest["parameters"] + fullest["gradients"] + fullest["optimizer"]
+    state = fullest["parameters"] + fullest["gradients"] + fullest["optimizer"] + fullest.get("accumulators", 0)
     what = "model state (parameters, gradients, optimizer slots)" if state >= fullest["activations"] else "activations"
     fits = estimate.peak <= capacity_gb * 1e9
     return (f"fullest device needs {estimate.peak / 1e9:.2f} GB of a {capacity_gb:g} GB card: "

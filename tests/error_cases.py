@@ -31,6 +31,11 @@ case("plan_batches", "via", "an unknown input path", "kit.plan_batches(1000, 64,
 case("check_batch_plan", "replicas", "replicas=2.5", "kit.check_batch_plan(1000, 64, 2.5)")
 case("estimate_memory", "batch_size", "batch_size=0", "kit.estimate_memory(dense, batch_size=0)")
 case("estimate_memory", "strategy", "an unknown strategy", "kit.estimate_memory(dense, batch_size=8, strategy='model')")
+case("estimate_memory", "zero_stage", "ZeRO without data parallelism", "kit.estimate_memory(dense, batch_size=8, zero_stage=2)")
+case("estimate_memory", "dtype_policy", "a plain float16 policy", "kit.estimate_memory(dense, batch_size=8, dtype_policy='float16')")
+case("measure_memory", "build", "a lambda", "kit.measure_memory(lambda: dense, batch_size=8)")
+case("measure_memory", "accumulation_steps", "a batch not divisible by the steps",
+     "kit.measure_memory(job, batch_size=10, accumulation_steps=4)")
 case("parse_cuda_visible_devices", "value", "a number instead of the variable's text",
      "kit.parse_cuda_visible_devices(3, 4)")
 case("scaling_model", "gpus", "gpus=0", "kit.scaling_model(0, compute_time_per_sample=1e-3, gradient_bytes=1e8, "
