@@ -110,3 +110,39 @@ def test_estimate_and_measurement_move_the_same_way(measured, lever):
     base_m, base_e = measured["adam"]
     m, e = measured[lever]
     assert (m.peak_bytes < base_m.peak_bytes) == (e.peak < base_e.peak), (lever, m, base_m, e.peak, base_e.peak)
+
+
+def test_remat_scope_fails_on_tensorflow_and_rematerialize_gives_the_same_gradients():
+    from conftest import last_json, run_python
+
+    out = last_json(run_python("""
+        import json, numpy as np, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras, tensorflow as tf
+        x, y = np.random.default_rng(0).normal(size=(64, 32)).astype("float32"), np.zeros((64, 4), "float32")
+        with keras.RematScope(mode="full"):
+            scoped = keras.Sequential([keras.Input((32,))] + [keras.layers.Dense(32, activation="tanh") for _ in range(4)]
+                                      + [keras.layers.Dense(4)])
+        scoped.compile("sgd", "mse")
+        try:
+            scoped.fit(x, y, epochs=1, verbose=0)
+            failure = None
+        except Exception as err:
+            failure = str(err)
+        plain = keras.Sequential([keras.Input((32,))] + [keras.layers.Dense(32, activation="tanh") for _ in range(4)]
+                                 + [keras.layers.Dense(4)])
+        remat = kit.memory.rematerialize(plain)
+        def grads(model):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean((model(x) - y) ** 2)
+            return [g.numpy() for g in tape.gradient(loss, model.trainable_weights)]
+        same = all(np.allclose(a, b, atol=1e-6) for a, b in zip(grads(plain), grads(remat)))
+        remat.compile("sgd", "mse")
+        history = remat.fit(x, y, epochs=1, verbose=0).history["loss"]
+        print(json.dumps({"failure": failure, "same": same, "shared": remat.trainable_weights == plain.trainable_weights,
+                          "segments": [len(l.inner) for l in remat.layers], "loss": history}))
+    """))
+    assert "custom_gradient decorator currently supports keywords arguments only when eager execution" in out["failure"]
+    assert out["same"] and out["shared"]
+    assert out["segments"] == [3, 2]             # 5 layers in segments of ceil(sqrt(5)) = 3
+    assert out["loss"][0] >= 0
