@@ -48,7 +48,6 @@ __all__ = ["device_activity", "DeviceActivity", "ProfilerBusyError", "merge", "o
 _NOT_COMPUTE = {"_Send", "_Recv", "_HostSend", "_HostRecv", "NoOp", "Placeholder", "_Arg", "_Retval",
                 "Const", "_EagerConst"}
 _DEVICE = re.compile(r"(?:device:)?(CPU|GPU|TPU):(\d+)\s*$", re.IGNORECASE)
-_FUNC_ATTRS_SKIP = {"_read_only_resource_inputs"}
 
 
 class ProfilerBusyError(RuntimeError):
@@ -266,8 +265,8 @@ def node_devices(function_names: Iterable[str], default: str,
                 out[prefix + node.name] = device or default
             if functions is not None:
                 functions[prefix + node.name] = top
-            for key, attr in node.attr.items():
-                if key not in _FUNC_ATTRS_SKIP and attr.func.name:
+            for attr in node.attr.values():
+                if attr.func.name:
                     walk(attr.func.name, prefix + node.name + "/", asked[node.name], depth + 1, top)
 
     for name in function_names:
@@ -306,7 +305,6 @@ def _host_intervals(plane: Any, nodes: dict[str, str | None], t0_ps: int, functi
 
 
 def _gpu_intervals(space: Any, devices: Sequence[str], t0_ps: int):
-    names = {k: v.name for plane in space.planes for k, v in plane.stat_metadata.items()}
     intervals = []
     for plane in space.planes:
         m = re.fullmatch(r"/device:GPU:(\d+)", plane.name)
@@ -326,7 +324,6 @@ def _gpu_intervals(space: Any, devices: Sequence[str], t0_ps: int):
                         op = stat.str_value or stat_names.get(stat.ref_value, op)
                 start = (base + event.offset_ps) / 1e12
                 intervals.append((device, start, start + event.duration_ps / 1e12, op, ""))
-    del names
     return [i for i in intervals if i[0] in devices]
 
 
@@ -361,6 +358,7 @@ class device_activity:
             else:
                 self._devices = tuple(normalize_device(d.name) for d in tf.config.list_logical_devices()
                                       if d.device_type in ("CPU", "GPU"))
+        self._gpus_whole = report is not None and report.mode == "gpu"   # one logical device per GPU
         self._result.devices = self._devices
         self._result.simulated = report.simulated if report is not None else not any(
             ":GPU:" in d for d in self._devices)
@@ -423,11 +421,7 @@ class device_activity:
         intervals, inputs, unattributed = _host_intervals(host[0], nodes, t0_ps, functions)
         r = self._result
         r.source = "host ops"
-        report = None
-        from .devices import current
-
-        report = current()
-        if report is not None and report.mode == "gpu":
+        if self._gpus_whole:
             gpu = _gpu_intervals(space, self._devices, t0_ps)
             if gpu:
                 intervals, r.source = gpu, "GPU planes"

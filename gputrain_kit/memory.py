@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Sequence
 
-from ._args import ArgumentTypeError, require_choice, require_int, short
+from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short
 
 __all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "split_layers", "preset_profile",
            "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "measure_training_step", "DTYPE_POLICIES",
@@ -197,8 +197,7 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: str = "adam", str
     strategy = require_choice(func, "strategy", strategy, ("single", "data", "split"))
     devices = require_int(func, "devices", devices, minimum=1)
     dtype_policy = require_choice(func, "dtype_policy", dtype_policy, DTYPE_POLICIES)
-    if not isinstance(remat, bool):
-        raise ArgumentTypeError(f"{func}: remat must be True or False, got {short(remat)}.")
+    remat = require_bool(func, "remat", remat)
     accumulation_steps = require_int(func, "accumulation_steps", accumulation_steps, minimum=1)
     if isinstance(zero_stage, bool):
         raise ArgumentTypeError(f"{func}: zero_stage must be 0, 1, 2 or 3, got {short(zero_stage)}.")
@@ -349,7 +348,7 @@ def held_between_steps(x, y, steps):
         info = tf.config.experimental.get_memory_info(device)
         held.append(info["current"] - data)
         peaks.append(info["peak"])
-    return max(held), max(peaks)
+    return held, max(peaks)
 
 
 # Model state: one-sample steps (what Keras keeps of a batch between steps is then negligible), over
@@ -357,7 +356,8 @@ def held_between_steps(x, y, steps):
 # the first update.
 x, y = batch_of(1)
 held_between_steps(x, y, k)
-state, _ = held_between_steps(x, y, k)
+held, _ = held_between_steps(x, y, k)
+state = max(held)
 # Peak: the real batch, one whole update to trace, then `steps` updates measured.
 x, y = batch_of(config["batch_size"] // k)
 held_between_steps(x, y, k)
@@ -380,47 +380,29 @@ def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtyp
     the model in segments (``rematerialize``). A fresh process, because every logical CPU shares one
     allocator and a model measured after another would include the first one's memory.
     """
-    import inspect
-    import json
-    import textwrap
+    from pathlib import Path
 
-    from ._args import require_int
-    from .processes import run_child
+    from .processes import function_source, run_child
 
     func = "measure_memory"
-    if not inspect.isfunction(build) or build.__name__ == "<lambda>":
-        from ._args import typed
-
-        got = "a lambda" if getattr(build, "__name__", "") == "<lambda>" else typed(build)
-        raise ArgumentTypeError(f"{func}: build must be a function defined with `def` that returns an "
-                                f"uncompiled Keras model (it runs in a fresh process, which receives its "
-                                f"source), got {got}.")
+    source = function_source(
+        func, build, what="build must be a function defined with `def` that returns an uncompiled Keras model",
+        closure_fix="It runs in a fresh process that receives its source only: define it at the top level of "
+                    "a cell or a script.")
     if build.__code__.co_argcount:
         raise ValueError(f"{func}: build must take no arguments; {build.__name__}() takes "
                          f"{build.__code__.co_argcount}. Fix its settings inside it.")
-    if build.__code__.co_freevars:
-        raise ValueError(f"{func}: {build.__name__}() uses variables of an enclosing function "
-                         f"({', '.join(build.__code__.co_freevars)}); it runs in a fresh process that receives "
-                         "its source only: define it at the top level of a cell or a script.")
     batch_size = require_int(func, "batch_size", batch_size, minimum=1)
     optimizer = require_choice(func, "optimizer", optimizer, _OPTIMIZER_CLASSES)
     dtype_policy = require_choice(func, "dtype_policy", dtype_policy, DTYPE_POLICIES)
-    if not isinstance(remat, bool):
-        raise ArgumentTypeError(f"{func}: remat must be True or False, got {short(remat)}.")
+    remat = require_bool(func, "remat", remat)
     accumulation_steps = require_int(func, "accumulation_steps", accumulation_steps, minimum=1)
     steps = require_int(func, "steps", steps, minimum=1)
     if batch_size % accumulation_steps:
         raise ValueError(f"{func}: batch_size={batch_size} is not divisible by accumulation_steps="
                          f"{accumulation_steps}; every step must get the same number of samples.")
-    try:
-        source = textwrap.dedent(inspect.getsource(build))
-    except (OSError, TypeError) as err:
-        raise ValueError(f"{func}: cannot read the source of {build.__name__}() ({err}); define it in a "
-                         "notebook cell or a .py file.") from err
     config = {"batch_size": batch_size, "optimizer": _OPTIMIZER_CLASSES[optimizer], "dtype_policy": dtype_policy,
               "remat": remat, "accumulation_steps": accumulation_steps, "steps": steps}
-    from pathlib import Path
-
     code = _MEASURE_CHILD.format(root=str(Path(__file__).resolve().parent.parent), config=json.dumps(config),
                                  source=source, name=build.__name__)
     values = run_child(code, timeout=300).values

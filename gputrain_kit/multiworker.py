@@ -22,7 +22,6 @@ Inside a worker, ``report(name=value)`` sends JSON-able values back and
 """
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import queue
@@ -31,7 +30,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 import warnings
@@ -39,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ._args import require_bool, require_int, short, typed
+from ._args import require_bool, require_int, short
 from .netns import PrivateNetwork, start_private_network, worker_command
-from .processes import child_environment
+from .processes import child_environment, function_source
 
 __all__ = ["launch_local_workers", "WorkerResult", "LocalRun", "WorkerError", "WorkerFailed",
            "WorkerTimeout", "PortInUseError", "free_ports", "tf_config", "worker_task", "WorkerTask",
@@ -264,22 +262,11 @@ def report(**values: Any) -> None:
 # --------------------------------------------------------------------------- the launcher
 def _payload(func: str, target: Any, args: Sequence[str], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     if callable(target):
-        name = getattr(target, "__name__", "")
-        if name == "<lambda>" or not inspect.isfunction(target):
-            got = "a lambda" if name == "<lambda>" else typed(target)
-            raise ValueError(f"{func}: pass a function defined with `def` (or a script path), got {got}: workers "
-                             "receive the function's source, which a lambda or a callable object does not have.")
-        if target.__code__.co_freevars:
-            raise ValueError(
-                f"{func}: {name}() uses variables of an enclosing function "
-                f"({', '.join(target.__code__.co_freevars)}). Workers are new processes that receive the "
-                "function's source only: define it at the top level, import what it needs inside it, "
-                "and pass values as kwargs=...")
-        try:
-            source = textwrap.dedent(inspect.getsource(target))
-        except (OSError, TypeError) as err:
-            raise ValueError(f"{func}: cannot read the source of {name}() ({err}); define it in a "
-                             "notebook cell or a .py file.") from err
+        source = function_source(
+            func, target, what="pass a function defined with `def` (or a script path)",
+            closure_fix="Workers are new processes that receive the function's source only: define it at the "
+                        "top level, import what it needs inside it, and pass values as kwargs=...")
+        name = target.__name__
         try:
             json.dumps(dict(kwargs))
         except TypeError as err:

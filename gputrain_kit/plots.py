@@ -191,10 +191,8 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
     for (row, kind), spans in bars.items():
         shown = [((s - lo) * 1e3, max(e - s, min_width) * 1e3) for s, e in spans if e >= lo and s <= hi]
         ax.broken_barh(shown, (row - 0.38, 0.76), facecolors=colours[kind], linewidth=0)
-    for (row, kind), spans in bars.items():        # reductions can last microseconds: mark each one
-        if kind == "gradient reduction":
-            starts = [(s - lo) * 1e3 for s, e in spans if e >= lo and s <= hi]
-            ax.plot(starts, [row - 0.5] * len(starts), linestyle="none", marker="v", markersize=5,
+        if kind == "gradient reduction":           # reductions can last microseconds: mark each one
+            ax.plot([x for x, _ in shown], [row - 0.5] * len(shown), linestyle="none", marker="v", markersize=5,
                     color=colours[kind], clip_on=False)
     labels = [d.replace("/device:", "") for d in devices] + (["input (host)"] if activity.input_intervals else [])
     ax.set_yticks(range(len(rows)), labels)

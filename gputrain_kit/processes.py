@@ -5,6 +5,7 @@ process, so experiments with other values must run in a child.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -13,9 +14,9 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ._args import short
+from ._args import ArgumentTypeError, short, typed
 
-__all__ = ["ChildResult", "ChildError", "run_child", "child_environment"]
+__all__ = ["ChildResult", "ChildError", "run_child", "child_environment", "function_source"]
 
 _PRELUDE = """
 import os, json
@@ -53,6 +54,25 @@ class ChildResult:
     stdout: str
     stderr: str
     values: dict[str, Any]      # what the child passed to report(...)
+
+
+def function_source(func: str, target: Any, *, what: str, closure_fix: str) -> str:
+    """The source of ``target``, a function defined with ``def`` at the top level of a cell or a file,
+    for a new process that receives only its source. Otherwise an error naming ``func``: ``what`` says
+    what to pass, ``closure_fix`` how to do without an enclosing function's variables."""
+    name = getattr(target, "__name__", "")
+    if name == "<lambda>" or not inspect.isfunction(target):
+        got = "a lambda" if name == "<lambda>" else typed(target)
+        raise ArgumentTypeError(f"{func}: {what}, got {got}: a new process receives the function's source, which "
+                                "a lambda or a callable object does not have.")
+    if target.__code__.co_freevars:
+        raise ValueError(f"{func}: {name}() uses variables of an enclosing function "
+                         f"({', '.join(target.__code__.co_freevars)}). {closure_fix}")
+    try:
+        return textwrap.dedent(inspect.getsource(target))
+    except (OSError, TypeError) as err:
+        raise ValueError(f"{func}: cannot read the source of {name}() ({err}); define it in a notebook cell "
+                         "or a .py file.") from err
 
 
 def run_child(code: str, *, env: Mapping[str, str | None] | None = None, timeout: float = 120) -> ChildResult:

@@ -132,7 +132,7 @@ def train_digits(replicas: int, global_batch: int, *, epochs: int = 3, learning_
             if not recorded and batch == 1:
                 from .activity import device_activity
 
-                self._recorder = device_activity(current().devices if current() else None)
+                self._recorder = device_activity()          # the devices setup() made
                 recorded.append(self._recorder.__enter__())
 
         def on_train_batch_end(self, batch, logs=None):
