@@ -31,13 +31,15 @@ from ._args import ArgumentTypeError, require_bool, require_choice, require_int,
 
 __all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "split_layers", "preset_profile",
            "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "measure_training_step", "DTYPE_POLICIES",
-           "ZERO_STAGES", "remat_checkpoints"]
+           "ZERO_STAGES", "remat_checkpoints", "measure_memory", "MemoryMeasurement",
+           "measure_levers", "start_measuring", "PendingMeasurements", "rematerialize"]
 
 OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1, "sgd-momentum": 1, "sgd": 0}
 PRESETS = {
     "InceptionV3 299x299": "inception_v3",
     "Dense stack 24 x 8192 (1.6B parameters)": "dense_stack",
     "ResNet50 224x224": "resnet50",
+    "Dense stack 8 x 8192 + head (notebook 08)": "dense_stack_08",
     "course digits model": "digits",
 }
 # Display names used by earlier versions of the course: still accepted, never shown.
@@ -111,6 +113,8 @@ def preset_profile(name: str) -> list[LayerStat]:
         raise ValueError(f"preset_profile: unknown preset {short(name)}; choose from {list(PRESETS)}.")
     if key == "dense_stack":
         return dense_stack_profile(24, 8192)
+    if key == "dense_stack_08":
+        return dense_stack_profile(8, 8192, head=16)
     table = json.loads(resources.files("gputrain_kit").joinpath("presets.json").read_text())
     return [LayerStat(*row) for row in table[key]]
 
@@ -134,11 +138,16 @@ def split_layers(stats: Sequence[LayerStat], devices: int, costs: Sequence[float
     return groups
 
 
-def dense_stack_profile(layers: int, width: int) -> list[LayerStat]:
-    """The profile of ``layers`` Dense(width) layers on width inputs, without building anything."""
+def dense_stack_profile(layers: int, width: int, head: int | None = None) -> list[LayerStat]:
+    """The profile of ``layers`` Dense(width) layers on width inputs, and a Dense(head) output layer if
+    ``head`` is given, without building anything (so without allocating a byte of the model)."""
     layers = require_int("dense_stack_profile", "layers", layers, minimum=1)
     width = require_int("dense_stack_profile", "width", width, minimum=1)
-    return [LayerStat(f"dense_{i}", width * width + width, width * width + width, width) for i in range(layers)]
+    stats = [LayerStat(f"dense_{i}", width * width + width, width * width + width, width) for i in range(layers)]
+    if head is not None:
+        head = require_int("dense_stack_profile", "head", head, minimum=1)
+        stats.append(LayerStat(f"dense_{layers}", width * head + head, width * head + head, head))
+    return stats
 
 
 DTYPE_POLICIES = {"float32": 4, "mixed_float16": 2, "mixed_bfloat16": 2}   # bytes per activation value
@@ -178,7 +187,8 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: str = "adam", str
 
     - ``dtype_policy``: ``"mixed_float16"`` / ``"mixed_bfloat16"`` keep float32 variables (so
       parameters, gradients and optimizer slots do not shrink; a float16 policy's LossScaleOptimizer
-      adds two scalars) and compute in 16 bits: activations take 2 bytes instead of 4.
+      adds four scalars: its own iteration and learning rate, a step counter and the loss scale) and
+      compute in 16 bits: activations take 2 bytes instead of 4.
     - ``remat``: activations recomputed in the backward pass, kept only at checkpoints (segments of
       sqrt(layers) layers, see ``remat_checkpoints``); the step computes the forward pass about twice.
     - ``accumulation_steps``: each step runs ``batch_size / accumulation_steps`` samples and adds one
@@ -237,7 +247,7 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: str = "adam", str
     levers = []
     if dtype_policy != "float32":
         levers.append(f"{dtype_policy}: float32 variables, gradients and slots; {act_bytes}-byte activations"
-                      + ("; LossScaleOptimizer adds 2 scalars" if dtype_policy == "mixed_float16" else ""))
+                      + ("; LossScaleOptimizer adds 4 scalars" if dtype_policy == "mixed_float16" else ""))
     if remat:
         levers.append(f"recomputation: outputs kept at {len(remat_checkpoints(len(stats)))} of {len(stats)} layers "
                       "plus one segment; the forward pass runs about twice")
@@ -368,23 +378,13 @@ report(state=int(state), peak=int(peak), device=device)
 _OPTIMIZER_CLASSES = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "sgd": "SGD"}
 
 
-def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtype_policy: str = "float32",
-                   remat: bool = False, accumulation_steps: int = 1, steps: int = 2) -> MemoryMeasurement:
-    """Train ``build()``'s model for ``steps`` steps in a fresh process and ask TensorFlow's allocator.
-
-    ``build``: a zero-argument function, defined with ``def`` in a notebook cell or a script, returning an
-    uncompiled Keras model (``keras``, ``tf`` and ``np`` are available inside it). The model is trained
-    on random data with a mean-squared-error loss: one whole update, then ``steps`` updates measured
-    (``steps x accumulation_steps`` training steps). ``batch_size`` is the batch of one update: with
-    ``accumulation_steps=k`` each step runs ``batch_size / k`` samples. ``remat=True`` rematerializes
-    the model in segments (``rematerialize``). A fresh process, because every logical CPU shares one
-    allocator and a model measured after another would include the first one's memory.
-    """
+def _measure_code(func: str, build: Any, *, batch_size: int, optimizer: str, dtype_policy: str, remat: bool,
+                  accumulation_steps: int, steps: int) -> tuple[str, dict]:
+    """The child's code for one measurement, every argument checked first (errors name ``func``)."""
     from pathlib import Path
 
-    from .processes import function_source, run_child
+    from .processes import function_source
 
-    func = "measure_memory"
     source = function_source(
         func, build, what="build must be a function defined with `def` that returns an uncompiled Keras model",
         closure_fix="It runs in a fresh process that receives its source only: define it at the top level of "
@@ -405,9 +405,138 @@ def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtyp
               "remat": remat, "accumulation_steps": accumulation_steps, "steps": steps}
     code = _MEASURE_CHILD.format(root=str(Path(__file__).resolve().parent.parent), config=json.dumps(config),
                                  source=source, name=build.__name__)
+    return code, dict(config, optimizer=optimizer)
+
+
+def _run_measurement(code: str, shown: dict, func: str = "measure_memory") -> MemoryMeasurement:
+    from .processes import run_child
+
     values = run_child(code, timeout=300).values
-    shown = dict(config, optimizer=optimizer)
+    if int(values["state"]) <= 0:
+        # Seen on CPU with a model of a few kilobytes: the allocator's statistics stayed at zero.
+        raise ValueError(f"{func}: TensorFlow's allocator on {values['device']} counted nothing held between steps "
+                         f"for this model ({shown}); its statistics miss small allocations. Measure a model with "
+                         "at least a megabyte of parameters, or estimate this one with estimate_memory.")
     return MemoryMeasurement(int(values["state"]), int(values["peak"]), values["device"], shown)
+
+
+def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtype_policy: str = "float32",
+                   remat: bool = False, accumulation_steps: int = 1, steps: int = 2) -> MemoryMeasurement:
+    """Train ``build()``'s model for ``steps`` steps in a fresh process and ask TensorFlow's allocator.
+
+    ``build``: a zero-argument function, defined with ``def`` in a notebook cell or a script, returning an
+    uncompiled Keras model (``keras``, ``tf`` and ``np`` are available inside it). The model is trained
+    on random data with a mean-squared-error loss: one whole update, then ``steps`` updates measured
+    (``steps x accumulation_steps`` training steps). ``batch_size`` is the batch of one update: with
+    ``accumulation_steps=k`` each step runs ``batch_size / k`` samples. ``remat=True`` rematerializes
+    the model in segments (``rematerialize``). A fresh process, because every logical CPU shares one
+    allocator and a model measured after another would include the first one's memory.
+    """
+    code, shown = _measure_code("measure_memory", build, batch_size=batch_size, optimizer=optimizer,
+                                dtype_policy=dtype_policy, remat=remat, accumulation_steps=accumulation_steps,
+                                steps=steps)
+    return _run_measurement(code, shown)
+
+
+_LEVER_KEYS = ("batch_size", "optimizer", "dtype_policy", "remat", "accumulation_steps")
+
+
+def _lever_jobs(func: str, build: Any, levers: Any, batch_size: int, steps: int) -> list[tuple[str, str, dict]]:
+    from collections.abc import Mapping
+
+    if not isinstance(levers, Mapping) or not levers:
+        raise ArgumentTypeError(f"{func}: levers must be a non-empty dict of name -> settings, e.g. "
+                                f"{{'Adam': {{}}, 'SGD': {{'optimizer': 'sgd'}}}}; got {short(levers)}.")
+    jobs = []
+    for name, settings in levers.items():
+        if not isinstance(name, str) or not isinstance(settings, Mapping):
+            raise ArgumentTypeError(f"{func}: each lever is a name (str) and a dict of settings, got "
+                                    f"{short(name)}: {short(settings)}.")
+        unknown = sorted(set(settings) - set(_LEVER_KEYS))
+        if unknown:
+            raise ValueError(f"{func}: levers[{name!r}] sets {unknown}; a lever can set {list(_LEVER_KEYS)}.")
+        config = {"batch_size": batch_size, "optimizer": "adam", "dtype_policy": "float32", "remat": False,
+                  "accumulation_steps": 1, **settings}
+        jobs.append((name, *_measure_code(func, build, steps=steps, **config)))
+    return jobs
+
+
+def measure_levers(build: Any, levers: Any, *, batch_size: int, steps: int = 2, processes: int = 2,
+                   on_result: Any = None) -> dict[str, MemoryMeasurement]:
+    """``measure_memory`` for several configurations, each in its own fresh process, up to ``processes``
+    at a time. ``levers``: name -> settings that differ from the default (``batch_size``, ``optimizer``,
+    ``dtype_policy``, ``remat``, ``accumulation_steps``), e.g. ``{"Adam": {}, "SGD": {"optimizer": "sgd"}}``.
+    ``on_result(name, measurement, done, total)`` is called as each finishes. Results keep ``levers``' order."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    func = "measure_levers"
+    processes = require_int(func, "processes", processes, minimum=1)
+    jobs = _lever_jobs(func, build, levers, batch_size, steps)
+    results: dict[str, MemoryMeasurement] = {}
+    with ThreadPoolExecutor(max_workers=processes) as pool:
+        futures = {pool.submit(_run_measurement, code, shown, func): name for name, code, shown in jobs}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            if on_result is not None:
+                on_result(futures[future], results[futures[future]], len(results), len(jobs))
+    return {name: results[name] for name, _, _ in jobs}
+
+
+class PendingMeasurements:
+    """Measurements running in the background (``start_measuring``): ``.result()`` waits for them,
+    ``.progress_bar()`` is a widget that follows them as they finish."""
+
+    def __init__(self, build: Any, levers: Any, batch_size: int, steps: int, processes: int):
+        import threading
+
+        self.total, self.done = len(levers), 0
+        self._bars: list[Any] = []
+        self._results: dict[str, MemoryMeasurement] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(build, levers, batch_size, steps, processes),
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, build, levers, batch_size, steps, processes) -> None:
+        try:
+            self._results = measure_levers(build, levers, batch_size=batch_size, steps=steps, processes=processes,
+                                           on_result=self._advance)
+        except BaseException as err:   # handed to the caller of result()
+            self._error = err
+
+    def _advance(self, name: str, measurement: MemoryMeasurement, done: int, total: int) -> None:
+        self.done = done
+        for bar in self._bars:
+            bar.value = done
+
+    def progress_bar(self):
+        """An ipywidgets IntProgress showing how many measurements have finished."""
+        import ipywidgets as widgets
+
+        bar = widgets.IntProgress(value=self.done, min=0, max=self.total, description="measured")
+        self._bars.append(bar)
+        return bar
+
+    def result(self, timeout: float | None = None) -> dict[str, MemoryMeasurement]:
+        """Wait for every measurement (at most ``timeout`` seconds) and return them by name."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"PendingMeasurements.result: {self.total - self.done} measurement(s) still "
+                               f"running after {timeout} s; call result() again to keep waiting.")
+        if self._error is not None:
+            raise self._error
+        assert self._results is not None
+        return self._results
+
+
+def start_measuring(build: Any, levers: Any, *, batch_size: int, steps: int = 2,
+                    processes: int = 2) -> PendingMeasurements:
+    """Like ``measure_levers``, but in the background: returns at once (every argument checked first), so
+    a notebook can go on while the child processes measure."""
+    func = "start_measuring"
+    processes = require_int(func, "processes", processes, minimum=1)
+    _lever_jobs(func, build, levers, batch_size, steps)
+    return PendingMeasurements(build, dict(levers), batch_size, steps, processes)
 
 
 def _remat_segment_class():

@@ -220,35 +220,61 @@ def memory_verdict(estimate: Any, capacity_gb: float) -> str:
 
 
 class MemoryExplorer:
-    """Model preset, batch, device count and strategy -> per-device memory bars against a card's size.
+    """Model preset, batch, device count, strategy and the memory levers (optimizer, precision,
+    recomputation, gradient accumulation, ZeRO stage) -> per-device memory bars against a card's size.
 
-    Headless use: set ``.preset/.batch/.devices/.strategy/.capacity`` values; read ``.summary.value``
-    and ``.estimate``.
+    Headless use: set ``.preset/.batch/.devices/.strategy/.capacity/.optimizer/.precision/.remat/
+    .accumulation/.zero_stage`` values; read ``.summary.value`` and ``.estimate``.
     """
 
     def __init__(self, preset: str = "InceptionV3 299x299", batch: int = 32, devices: int = 2,
-                 strategy: str = "data", capacity_gb: float = 12):
+                 strategy: str = "data", capacity_gb: float = 12, optimizer: str = "adam",
+                 dtype_policy: str = "float32", remat: bool = False, accumulation_steps: int = 1,
+                 zero_stage: int = 0):
         import ipywidgets as widgets
 
-        from .memory import PRESET_ALIASES, PRESETS
+        from ._args import require_bool, require_choice, require_int
+        from .memory import DTYPE_POLICIES, OPTIMIZER_SLOTS, PRESET_ALIASES, PRESETS, ZERO_STAGES
 
+        func = "MemoryExplorer"
+        batch = require_int(func, "batch", batch, minimum=1)
+        require_choice(func, "optimizer", optimizer, OPTIMIZER_SLOTS)
+        require_choice(func, "dtype_policy", dtype_policy, DTYPE_POLICIES)
+        require_bool(func, "remat", remat)
+        accumulation_steps = require_int(func, "accumulation_steps", accumulation_steps, minimum=1)
+        require_choice(func, "zero_stage", zero_stage, ZERO_STAGES)
         wide = {"description_width": "initial"}
         self.preset = widgets.Dropdown(options=list(PRESETS), value=PRESET_ALIASES.get(preset, preset),
                                        description="model", style=wide, layout=widgets.Layout(width="380px"))
-        self.batch = widgets.IntSlider(value=batch, min=1, max=256, description="global batch", style=wide)
+        batches = sorted({2 ** i for i in range(17)} | {batch})        # 1 ... 65,536 (tokens, for some models)
+        self.batch = widgets.SelectionSlider(options=batches, value=batch, description="global batch", style=wide)
         self.devices = widgets.IntSlider(value=devices, min=1, max=8, description="devices", style=wide)
         self.strategy = widgets.ToggleButtons(options=["single", "data", "split"], value=strategy,
                                               description="strategy", style=wide)
         self.capacity = widgets.Dropdown(options=[12, 16, 24, 80], value=capacity_gb, description="card (GB)",
                                          style=wide)
+        self.optimizer = widgets.Dropdown(options=list(OPTIMIZER_SLOTS), value=optimizer, description="optimizer",
+                                          style=wide, layout=widgets.Layout(width="200px"))
+        self.precision = widgets.ToggleButtons(options=list(DTYPE_POLICIES), value=dtype_policy,
+                                               description="precision", style=wide)
+        self.remat = widgets.Checkbox(value=remat, description="recompute activations", indent=False)
+        self.accumulation = widgets.Dropdown(options=sorted({1, 2, 4, 8, 16, accumulation_steps}),
+                                             value=accumulation_steps, description="accumulation steps", style=wide,
+                                             layout=widgets.Layout(width="200px"))
+        self.zero_stage = widgets.Dropdown(options=list(ZERO_STAGES), value=zero_stage,
+                                           description="ZeRO stage (model)", style=wide,
+                                           layout=widgets.Layout(width="200px"))
         self.summary = widgets.HTML()
         self.plot = widgets.Output()
         self.estimate = None
-        for control in (self.preset, self.batch, self.devices, self.strategy, self.capacity):
+        for control in (self.preset, self.batch, self.devices, self.strategy, self.capacity, self.optimizer,
+                        self.precision, self.remat, self.accumulation, self.zero_stage):
             control.observe(lambda _change: self.update(), names="value")
         self.update()
         self.widget = widgets.VBox([widgets.HBox([self.preset, self.capacity]),
-                                    widgets.HBox([self.batch, self.devices]), self.strategy, self.summary, self.plot])
+                                    widgets.HBox([self.batch, self.devices]), self.strategy,
+                                    widgets.HBox([self.optimizer, self.accumulation, self.zero_stage]),
+                                    widgets.HBox([self.precision, self.remat]), self.summary, self.plot])
 
     def update(self) -> None:
         import html
@@ -258,15 +284,21 @@ class MemoryExplorer:
 
         devices = 1 if self.strategy.value == "single" else int(self.devices.value)
         self.devices.disabled = self.strategy.value == "single"   # one device: the slider does nothing
+        self.zero_stage.disabled = self.strategy.value != "data"  # ZeRO shards data-parallel state only
         try:
-            self.estimate = estimate_memory(preset_profile(self.preset.value), batch_size=int(self.batch.value),
-                                            strategy=self.strategy.value, devices=devices)
+            self.estimate = estimate_memory(
+                preset_profile(self.preset.value), batch_size=int(self.batch.value), strategy=self.strategy.value,
+                devices=devices, optimizer=self.optimizer.value, dtype_policy=self.precision.value,
+                remat=bool(self.remat.value), accumulation_steps=int(self.accumulation.value),
+                zero_stage=int(self.zero_stage.value) if self.strategy.value == "data" else 0)
         except ValueError as err:
             self.estimate = None
             self.summary.value = f"<p style='color:#b00020'>{html.escape(str(err))}</p>"
             self.plot.clear_output()
             return
-        self.summary.value = f"<p>{html.escape(memory_verdict(self.estimate, self.capacity.value))}</p>"
+        levers = [a for a in self.estimate.assumptions[3:]]
+        self.summary.value = (f"<p>{html.escape(memory_verdict(self.estimate, self.capacity.value))}</p>"
+                              + "".join(f"<p style='font-size:90%'>{html.escape(a)}</p>" for a in levers))
         self.plot.clear_output(wait=True)
         with self.plot:
             from IPython.display import display

@@ -36,6 +36,15 @@ case("estimate_memory", "dtype_policy", "a plain float16 policy", "kit.estimate_
 case("measure_memory", "build", "a lambda", "kit.measure_memory(lambda: dense, batch_size=8)")
 case("measure_memory", "accumulation_steps", "a batch not divisible by the steps",
      "kit.measure_memory(job, batch_size=10, accumulation_steps=4)")
+case("memory.measure_levers", "levers", "a list instead of a dict of settings",
+     "kit.memory.measure_levers(job, [{}], batch_size=8)")
+case("memory.measure_levers", "levers", "a setting measure_memory does not take",
+     "kit.memory.measure_levers(job, {'fast': {'learning_rate': 0.1}}, batch_size=8)")
+case("memory.start_measuring", "processes", "processes=0", "kit.memory.start_measuring(job, {'Adam': {}}, batch_size=8, "
+     "processes=0)")
+case("memory.dense_stack_profile", "head", "head=0", "kit.memory.dense_stack_profile(8, 512, head=0)")
+case("widgets.MemoryExplorer", "optimizer", "an optimizer the estimate does not know",
+     "kit.widgets.MemoryExplorer(optimizer='lamb')")
 case("parse_cuda_visible_devices", "value", "a number instead of the variable's text",
      "kit.parse_cuda_visible_devices(3, 4)")
 case("scaling_model", "gpus", "gpus=0", "kit.scaling_model(0, compute_time_per_sample=1e-3, gradient_bytes=1e8, "

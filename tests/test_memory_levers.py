@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gputrain_kit import estimate_memory
-from gputrain_kit.memory import dense_stack_profile, measure_memory, remat_checkpoints
+from gputrain_kit.memory import (dense_stack_profile, measure_levers, measure_memory, remat_checkpoints,
+                                 start_measuring)
 
 STACK = dense_stack_profile(9, 1024)
 
@@ -82,15 +83,30 @@ CONFIGS = {"adam": {}, "sgd": {"optimizer": "sgd"}, "bf16": {"dtype_policy": "mi
 
 @pytest.fixture(scope="module")
 def measured():
+    """Every configuration in its own fresh process, two at a time (measure_levers), with its estimate."""
     import keras
 
     globals()["keras"] = keras
+    finished = []
+    levers = measure_levers(wide_then_narrow, CONFIGS, batch_size=2048,      # activations outweigh the state
+                            on_result=lambda name, m, done, total: finished.append((name, done, total)))
+    assert list(levers) == list(CONFIGS)                                      # results keep the levers' order
+    assert sorted(done for _, done, _ in finished) == list(range(1, len(CONFIGS) + 1))
+    assert {name for name, _, _ in finished} == set(CONFIGS)
     out = {}
     for name, config in CONFIGS.items():
-        kwargs = {"batch_size": 2048, **config}        # activations outweigh the model state
-        estimate = estimate_memory(wide_then_narrow(), **kwargs)
-        out[name] = (measure_memory(wide_then_narrow, **kwargs), estimate)
+        kwargs = {"batch_size": 2048, **config}
+        assert levers[name].config["batch_size"] == kwargs["batch_size"]
+        out[name] = (levers[name], estimate_memory(wide_then_narrow(), **kwargs))
     return out
+
+
+def test_measure_levers_agrees_with_measure_memory(measured):
+    """One configuration measured alone in its own process: the same model state, a peak within noise."""
+    alone = measure_memory(wide_then_narrow, batch_size=2048, optimizer="sgd")
+    together, _ = measured["sgd"]
+    assert alone.state_bytes == together.state_bytes
+    assert abs(alone.peak_bytes - together.peak_bytes) <= 0.15 * alone.peak_bytes
 
 
 @pytest.mark.parametrize("name", ["adam", "sgd", "bf16", "accumulate"])
@@ -148,3 +164,151 @@ def test_remat_scope_fails_on_tensorflow_and_rematerialize_gives_the_same_gradie
     assert out["same"] and out["shared"]
     assert out["segments"] == [3, 2]             # 5 layers in segments of ceil(sqrt(5)) = 3
     assert out["loss"][0] >= 0
+
+
+def test_start_measuring_runs_in_the_background_and_checks_first():
+    import time
+
+    with pytest.raises(ValueError, match=r"levers\['fast'\] sets \['learning_rate'\]"):
+        start_measuring(wide_then_narrow, {"fast": {"learning_rate": 0.1}}, batch_size=64)
+    begun = time.perf_counter()
+    pending = start_measuring(small_conv, {"Adam": {}, "SGD": {"optimizer": "sgd"}}, batch_size=32)
+    assert time.perf_counter() - begun < 1.0                          # returns at once
+    bar = pending.progress_bar()
+    result = pending.result(timeout=240)
+    assert bar.value == bar.max == 2 and pending.done == 2
+    assert result["SGD"].state_bytes < result["Adam"].state_bytes     # Adam's two slots per parameter
+
+
+def small_conv():
+    """A conv net (no notebook uses it) for the background measurement: 1.6 MB of parameters."""
+    return keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(32, 3, activation="relu"),
+                             keras.layers.Flatten(), keras.layers.Dense(64), keras.layers.Dense(4)])
+
+
+def tiny_conv():
+    """2 KB of parameters: on CPU, TensorFlow's allocator statistics stay at zero for it."""
+    return keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(16, 3, activation="relu"),
+                             keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4)])
+
+
+def test_a_model_too_small_for_the_allocator_statistics_is_refused_not_reported_as_zero():
+    with pytest.raises(ValueError, match="counted nothing held between steps"):
+        measure_memory(tiny_conv, batch_size=32)
+
+
+def test_recomputation_runs_the_forward_pass_again_on_other_depths():
+    """Notebook 08 counts 26 vs 36 matrix multiplications on its twin; here 5 and 16 layers of another width:
+    a plain step runs n forward, n weight-gradient and n-1 input-gradient matmuls; recomputed, n more (the
+    forward again) and the first segment's input gradient."""
+    from conftest import last_json, run_python
+
+    out = last_json(run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras, tensorflow as tf
+        counts = {}
+        for n in (5, 16):
+            model = keras.Sequential([keras.Input((24,))] + [keras.layers.Dense(24, activation="tanh")
+                                                           for _ in range(n - 1)] + [keras.layers.Dense(3)])
+            def matmuls(m):
+                @tf.function
+                def step(x):
+                    with tf.GradientTape() as tape:
+                        loss = tf.reduce_mean(m(x) ** 2)
+                    return tape.gradient(loss, m.trainable_weights)
+                graph = step.get_concrete_function(tf.TensorSpec((4, 24))).graph
+                return sum(op.type == "MatMul" for op in graph.get_operations())
+            counts[n] = [matmuls(model), matmuls(kit.memory.rematerialize(model))]
+        print(json.dumps(counts))
+    """))
+    for n, (plain, recomputed) in out.items():
+        n = int(n)
+        assert plain == 3 * n - 1 and recomputed == plain + n + 1, (n, plain, recomputed)
+
+
+def test_accumulation_gives_the_whole_batch_update_on_a_functional_conv_model():
+    """Notebook 08 shows it on a Dense model; here a functional conv net with two inputs, SGD with momentum."""
+    import numpy as np
+    import keras
+
+    rng = np.random.default_rng(3)
+    images, extra = rng.normal(size=(48, 8, 8, 2)).astype("float32"), rng.normal(size=(48, 5)).astype("float32")
+    y = rng.normal(size=(48, 3)).astype("float32")
+
+    def model():
+        keras.utils.set_random_seed(1)
+        a, b = keras.Input((8, 8, 2)), keras.Input((5,))
+        h = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(4, 3, activation="relu")(a))
+        return keras.Model([a, b], keras.layers.Dense(3)(keras.layers.Concatenate()([h, b])))
+
+    whole = model()
+    whole.compile(keras.optimizers.SGD(0.1, momentum=0.9), "mse")
+    for _ in range(2):                                                   # two updates, so momentum counts
+        whole.train_on_batch([images, extra], y)
+    parts = model()
+    parts.compile(keras.optimizers.SGD(0.1, momentum=0.9, gradient_accumulation_steps=3), "mse")
+    moved = []
+    for _ in range(2):
+        for i in range(3):
+            before = [w.numpy() for w in parts.weights]
+            parts.train_on_batch([images[16 * i:16 * (i + 1)], extra[16 * i:16 * (i + 1)]], y[16 * i:16 * (i + 1)])
+            moved.append(any(not np.array_equal(a, w.numpy()) for a, w in zip(before, parts.weights)))
+    assert moved == [False, False, True] * 2
+    assert all(np.allclose(a.numpy(), b.numpy(), atol=1e-5) for a, b in zip(whole.weights, parts.weights))
+    assert int(parts.optimizer.iterations) == 2
+
+
+def test_mixed_precision_keeps_float32_variables_on_other_layers():
+    """Notebook 08 shows one Dense layer; here a conv layer and an embedding, and the float16 policy's
+    LossScaleOptimizer, whose own state is four scalars."""
+    import keras
+    import tensorflow as tf
+
+    try:
+        keras.mixed_precision.set_dtype_policy("mixed_bfloat16")
+        conv, embed = keras.layers.Conv2D(2, 3), keras.layers.Embedding(10, 4)
+        conv_out, embed_out = conv(tf.ones((1, 5, 5, 1))), embed(tf.constant([[1, 2]]))
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    assert conv.kernel.dtype == "float32" and conv_out.dtype == tf.bfloat16
+    assert embed.embeddings.dtype == "float32"
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    scaled = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())
+    scaled.build(model.trainable_variables)
+    own = [v for v in scaled.variables if v.path.startswith("loss_scale")]
+    assert len(own) == 4 and all(len(v.shape) == 0 for v in own)
+
+
+def test_memory_explorer_levers_headless():
+    import time
+
+    from gputrain_kit.widgets import MemoryExplorer
+
+    e = MemoryExplorer(preset="Dense stack 8 x 8192 + head (notebook 08)", batch=32768, devices=1, strategy="single")
+    assert "OUT OF MEMORY" in e.summary.value and e.zero_stage.disabled
+    start_peak = e.estimate.peak
+    changes = [(e.precision, "mixed_bfloat16"), (e.optimizer, "sgd"), (e.remat, True), (e.accumulation, 8)]
+    for control, value in changes:
+        begun = time.perf_counter()
+        before = e.estimate.peak
+        control.value = value
+        assert time.perf_counter() - begun < 0.5
+        assert e.estimate.peak < before, control.description         # every lever lowers the fullest device
+    assert e.estimate.peak < start_peak / 2 and "fits" in e.summary.value
+    assert "recomputation" in e.summary.value and "gradient accumulation" in e.summary.value
+    e.strategy.value = "data"
+    e.devices.value = 4
+    assert not e.zero_stage.disabled
+    plain = e.estimate.per_device[0]["optimizer"]
+    e.optimizer.value = "adam"
+    adam = e.estimate.per_device[0]["optimizer"]
+    e.zero_stage.value = 1
+    assert e.estimate.per_device[0]["optimizer"] * 4 == adam and plain == 0
+    assert "ZeRO stage 1" in e.summary.value
+    e.strategy.value = "split"                                             # ZeRO is data-parallel only
+    assert e.zero_stage.disabled and e.estimate.per_device[0]["optimizer"] > adam / 4
+    e.strategy.value = "single"
+    e.accumulation.value = 16
+    e.batch.value = 8
+    assert "more than the batch" in e.summary.value and e.estimate is None

@@ -16,6 +16,7 @@ from .nb04 import *  # noqa: F401,F403
 from .nb05 import *  # noqa: F401,F403
 from .nb06 import *  # noqa: F401,F403
 from .nb07 import *  # noqa: F401,F403
+from .nb08 import *  # noqa: F401,F403
 from .nb07 import NB07_HOSTS
 
 __all__ = ["Verdict", "as_bool", "as_choice", "as_int", "as_int_list", "as_number", "NB07_HOSTS"] + sorted(

@@ -1,0 +1,72 @@
+"""Exercise checks of notebook 08."""
+from __future__ import annotations
+
+from typing import Any
+
+from ._common import Verdict, as_int, as_number, verdict
+
+FULL_MODEL = "Dense stack 8 x 8192 + head (notebook 08)"
+FULL_BATCH = 32768
+CARD_GB = 12
+
+
+def twin():
+    """Notebook 08's twin: 8 Dense(512) layers and a 16-wide head, 1/16 as wide as the full model."""
+    import keras
+
+    return keras.Sequential([keras.Input((512,))] + [keras.layers.Dense(512, activation="relu") for _ in range(8)]
+                            + [keras.layers.Dense(16)])
+
+
+def nb08_measured_peak(answer: Any, *, tolerance: float = 0.25) -> Verdict:
+    """The twin (batch 2048, Adam) with mixed_bfloat16 and 4 accumulation steps: predict its measured peak
+    in MB. Measured (in a fresh process, a few seconds) only once you have answered; within 25% counts."""
+    value = as_number(answer)
+    if answer is Ellipsis or value is None:
+        return verdict(answer, False, "", "", form="Give a number of megabytes, e.g. 60.")
+    from ..memory import measure_memory
+
+    measured = measure_memory(twin, batch_size=2048, dtype_policy="mixed_bfloat16", accumulation_steps=4)
+    mb = measured.peak_bytes / 1e6
+    return verdict(answer, abs(value - mb) <= tolerance * mb,
+                   f"measured {mb:.0f} MB: state (parameters, Adam's slots, accumulators) plus one step of 512 "
+                   f"samples' gradients and 16-bit activations.",
+                   f"Measured {mb:.0f} MB. Start from the Adam row's state, add the accumulators (one per "
+                   "parameter), then the gradients and the activations of one step: a quarter of the batch, "
+                   "2 bytes a value.")
+
+
+def nb08_accumulation_to_fit(answer: Any) -> Verdict:
+    """The full model, Adam, float32, one device: the fewest accumulation steps (a power of 2) that fit a
+    12 GB card."""
+    value = as_int(answer)
+    if value is None:
+        return verdict(answer, False, "", "", form="Give a whole number of steps, such as 2.")
+    from ..memory import estimate_memory, preset_profile
+
+    profile = preset_profile(FULL_MODEL)
+    right = next(k for k in (2 ** i for i in range(12))
+                 if estimate_memory(profile, batch_size=FULL_BATCH, accumulation_steps=k).fits(CARD_GB))
+    gb = estimate_memory(profile, batch_size=FULL_BATCH, accumulation_steps=right).peak / 1e9
+    return verdict(answer, value == right, f"{right} steps: {gb:.1f} GB. The accumulators add a copy of the "
+                   "parameters, so the activations must shrink by more than that.",
+                   "Model state is fixed (parameters, gradients, Adam's slots) and the accumulators add one more "
+                   "copy of the parameters; only the activations shrink, by the number of steps.")
+
+
+def nb08_devices_without_zero(answer: Any) -> Verdict:
+    """The full model, Adam, float32, plain data parallelism (no ZeRO): the fewest devices whose 12 GB
+    cards each hold their share."""
+    value = as_int(answer)
+    if value is None:
+        return verdict(answer, False, "", "", form="Give a whole number of devices, such as 2.")
+    from ..memory import estimate_memory, preset_profile
+
+    profile = preset_profile(FULL_MODEL)
+    right = next(n for n in range(1, 65)
+                 if estimate_memory(profile, batch_size=FULL_BATCH, strategy="data", devices=n).fits(CARD_GB))
+    gb = estimate_memory(profile, batch_size=FULL_BATCH, strategy="data", devices=right).peak / 1e9
+    return verdict(answer, value == right, f"{right} devices: {gb:.1f} GB each. Every device keeps the whole "
+                   "model state; only the activations are divided.",
+                   "Every replica holds parameters, gradients and both Adam slots in full; only the batch, and "
+                   "so the activations, is divided by the number of devices.")
