@@ -73,8 +73,9 @@ def test_nbval_budget_plugin_fails_a_notebook_over_its_time(tmp_path):
     nbformat.write(nb, path)
     tests = Path(__file__).resolve().parent
 
-    def nbval(budget_s: str) -> subprocess.CompletedProcess:
-        env = dict(os.environ, PYTHONPATH=str(tests), GPUTRAIN_NOTEBOOK_BUDGET_S=budget_s)
+    def nbval(budget_s: str, ratio: str = "1000") -> subprocess.CompletedProcess:
+        env = dict(os.environ, PYTHONPATH=str(tests), GPUTRAIN_NOTEBOOK_BUDGET_S=budget_s,
+                   GPUTRAIN_FLOOR_RATIO_LIMIT=ratio)
         return subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-p", "nbval_budget",
                                "-p", "no:cacheprovider", "-q", str(path)], capture_output=True, text=True,
                                env=env, cwd=tmp_path, timeout=180)
@@ -86,3 +87,7 @@ def test_nbval_budget_plugin_fails_a_notebook_over_its_time(tmp_path):
     fine = nbval("60")
     assert fine.returncode == 0, fine.stdout[-2000:]
     assert "slow.ipynb" in fine.stdout      # the table of every notebook's numbers is printed
+    assert "x floor" in fine.stdout and "floor (fresh kernel" in fine.stdout
+    # Against the floor: a 2-second sleep is well over 0.01 times a kernel start with TensorFlow.
+    over = nbval("60", ratio="0.01")
+    assert over.returncode == 1 and "times the floor" in over.stdout, over.stdout[-2000:]

@@ -93,6 +93,24 @@ def test_learners_see_no_test_plumbing_or_source_numbers(path):
         assert not missing, f"{path.name}: widgets without stored state ({len(missing)}): run `make notebooks`"
 
 
+def test_the_github_workflow_is_a_thin_wrapper_over_ci_run():
+    """A fork gets the same CI: the workflow runs .ci/run on push and pull request and holds no test logic."""
+    import yaml
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
+    triggers = workflow.get("on", workflow.get(True))           # YAML 1.1 reads a bare `on` as True
+    assert {"push", "pull_request"} <= set(triggers)
+    (job,) = workflow["jobs"].values()
+    assert job["runs-on"].startswith("ubuntu")
+    commands = "\n".join(step.get("run", "") for step in job["steps"])
+    assert ".ci/run" in commands
+    for logic in ("pytest", "make test", "nbval", "pip install"):
+        assert logic not in commands, f"{logic!r} in the workflow: keep test logic in .ci/run"
+    uses = [step.get("uses", "") for step in job["steps"]]
+    assert any(u.startswith("actions/upload-artifact") for u in uses)
+    assert any(u.startswith("actions/setup-python") for u in uses) and any(u.startswith("actions/cache") for u in uses)
+
+
 def test_ci_runs_make_test_strict():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci and "set -euo pipefail" in ci

@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,12 @@ NOTEBOOK_BUDGET_S = 60.0
 NOTEBOOK_BUDGET_BYTES = 1_500_000_000     # the kernel: 1.5 GB (decimal), as the course promises
 TREE_BUDGET_BYTES = 2_000_000_000         # the kernel with its child processes: Binder's 2 GB container
 WIDGET_BUDGET_S = 0.5
+# Notebooks against the floor: a fresh kernel that imports the kit, runs setup(devices=4) and one
+# TensorFlow op. The goal is 5x; nbval fails a notebook over 8x (a margin for a noisy machine).
+FLOOR_RATIO_GOAL = 5.0
+FLOOR_RATIO_LIMIT = 8.0
+FLOOR_CELLS = ("import gputrain_kit as kit\n\nreport = kit.setup(devices=4)",
+               "import tensorflow as tf\n\nfloat(tf.constant(1.0) + 1.0)")
 
 
 def _proc_kb_field(path: str, field: str) -> int | None:
@@ -108,6 +115,7 @@ class NotebookRun:
     kernel_peak_bytes: int
     tree_peak_bytes: int
     error: str | None = None
+    cell_seconds: tuple = ()     # (index, seconds, first line of the source) per code cell
 
     @property
     def within_budget(self) -> bool:
@@ -126,6 +134,7 @@ def run_notebook(path: Path, timeout: float = 600) -> NotebookRun:
     start = time.monotonic()
     error = None
     sampler = None
+    cells: list[tuple[int, float, str]] = []
     with client.setup_kernel():
         pid = kernel_pid(client)
         sampler = TreeSampler(pid) if pid else None
@@ -133,7 +142,11 @@ def run_notebook(path: Path, timeout: float = 600) -> NotebookRun:
             sampler.__enter__()
         try:
             for index, cell in enumerate(nb.cells):
+                began = time.monotonic()
                 client.execute_cell(cell, index)
+                if cell.cell_type == "code":
+                    first = next((line for line in cell.source.splitlines() if line.strip()), "")
+                    cells.append((index, time.monotonic() - began, first[:70]))
         except Exception as err:  # a failing notebook is reported, not hidden
             error = f"{type(err).__name__}: {str(err)[:300]}"
         finally:
@@ -141,7 +154,23 @@ def run_notebook(path: Path, timeout: float = 600) -> NotebookRun:
             if sampler:
                 sampler.__exit__(None, None, None)
     return NotebookRun(path.stem, seconds, sampler.kernel_peak if sampler else 0,
-                       sampler.peak if sampler else 0, error)
+                       sampler.peak if sampler else 0, error, tuple(cells))
+
+
+def measure_floor(timeout: float = 300) -> float:
+    """Seconds from kernel start to the last cell for FLOOR_CELLS in a fresh kernel: the cost every
+    notebook pays before its first lesson cell, measured on this machine in this run."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in FLOOR_CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    with tempfile.TemporaryDirectory(prefix="gputrain-floor-") as folder:
+        path = Path(folder) / "floor.ipynb"
+        nbformat.write(nb, path)
+        run = run_notebook(path, timeout=timeout)
+    if run.error:
+        raise RuntimeError(f"measure_floor: the floor notebook failed: {run.error}")
+    return run.seconds
 
 
 def kernel_pid(client) -> int | None:
