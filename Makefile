@@ -38,9 +38,10 @@ nbval: $(STAMP)
 notebooks: $(STAMP)
 	CUDA_VISIBLE_DEVICES= $(PY) tools/build_notebooks.py $(NB)
 
-# Every notebook's wall time and peak memory, every widget's update time: docs/performance.md.
+# Every notebook against the floor, the slowest cells, every widget, the unit-test files: docs/performance.md
+# (BENCH_ARGS=--no-unit skips the unit tests).
 bench: $(STAMP)
-	CUDA_VISIBLE_DEVICES= $(PY) tools/bench.py $(NB)
+	CUDA_VISIBLE_DEVICES= $(PY) tools/bench.py $(BENCH_ARGS) $(NB)
 
 # Re-pin constraints.txt for every supported Python after changing pyproject.toml (tools/lock.sh).
 lock:

@@ -7,7 +7,8 @@ libraries count once, as in a container's memory limit). If a notebook takes mor
 kernel more than 1.5 GB, or the kernel with its children more than 2 GB (Binder's limit for the
 whole container), its last cell fails with the numbers. Before the first notebook it measures the
 *floor* (a fresh kernel that imports the kit, runs ``setup(devices=4)`` and one TensorFlow op) and
-fails a notebook over 8 times the floor (the goal is 5x; the margin absorbs a noisy machine). A table
+fails a notebook over 8 times the floor (the goal is 5x; the margin absorbs a noisy machine) once
+that limit is enforced (``perf.FLOOR_RATIO_ENFORCED``, or ``GPUTRAIN_FLOOR_RATIO_LIMIT`` set). A table
 with each notebook's ratio to the floor is printed at the end of the run. Loaded with ``-p nbval_budget`` (tests/ on PYTHONPATH).
 """
 from __future__ import annotations
@@ -20,11 +21,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-from perf import (FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT, NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S,  # noqa: E402
-                  TREE_BUDGET_BYTES, TreeSampler, kernel_pid, measure_floor)
+from perf import (FLOOR_RATIO_ENFORCED, FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT, NOTEBOOK_BUDGET_BYTES,  # noqa: E402
+                  NOTEBOOK_BUDGET_S, TREE_BUDGET_BYTES, TreeSampler, kernel_pid, measure_floor)
 
 # Tests of this plugin lower the limits; nothing else sets these.
 NOTEBOOK_BUDGET_S = float(os.environ.get("GPUTRAIN_NOTEBOOK_BUDGET_S", NOTEBOOK_BUDGET_S))
+FLOOR_RATIO_ENFORCED = FLOOR_RATIO_ENFORCED or "GPUTRAIN_FLOOR_RATIO_LIMIT" in os.environ
 FLOOR_RATIO_LIMIT = float(os.environ.get("GPUTRAIN_FLOOR_RATIO_LIMIT", FLOOR_RATIO_LIMIT))
 _floor: dict[str, float] = {}
 
@@ -79,7 +81,7 @@ def pytest_runtest_makereport(item, call):
     if seconds > NOTEBOOK_BUDGET_S:
         problems.append(f"took {seconds:.1f} s (budget {NOTEBOOK_BUDGET_S:.0f} s)")
     floor = _floor.get("seconds")
-    if floor and seconds > FLOOR_RATIO_LIMIT * floor:
+    if floor and FLOOR_RATIO_ENFORCED and seconds > FLOOR_RATIO_LIMIT * floor:
         problems.append(f"took {seconds / floor:.1f} times the floor ({seconds:.1f} s vs {floor:.1f} s for a bare "
                         f"kernel that imports the kit; limit {FLOOR_RATIO_LIMIT:g}x, goal {FLOOR_RATIO_GOAL:g}x)")
     if kernel_peak > NOTEBOOK_BUDGET_BYTES:
@@ -107,7 +109,8 @@ def pytest_terminal_summary(terminalreporter):
                              f"{NOTEBOOK_BUDGET_BYTES / 1e9:.1f} GB, with children {TREE_BUDGET_BYTES / 1e9:.1f} GB)")
     floor = _floor.get("seconds") or float("nan")
     terminalreporter.write_line(f"floor (fresh kernel, import the kit, setup(devices=4), one op): {floor:.1f} s; "
-                                f"goal {FLOOR_RATIO_GOAL:g}x, limit {FLOOR_RATIO_LIMIT:g}x")
+                                f"goal {FLOOR_RATIO_GOAL:g}x, limit {FLOOR_RATIO_LIMIT:g}x"
+                                + ("" if FLOOR_RATIO_ENFORCED else " (reported, not enforced yet: see tools/perf.py)"))
     terminalreporter.write_line(f"{'notebook':32} {'wall s':>7} {'x floor':>8} {'kernel GB':>10} "
                                 f"{'with children GB (PSS)':>23}")
     for name, seconds, kernel, tree in _results:

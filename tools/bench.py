@@ -14,21 +14,48 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf import (NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S, ROOT, TREE_BUDGET_BYTES, WIDGET_BUDGET_S,  # noqa: E402
-                  machine, measure_widgets, run_notebook)
+from perf import (FLOOR_CELLS, FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT, NOTEBOOK_BUDGET_BYTES,  # noqa: E402
+                  NOTEBOOK_BUDGET_S, ROOT, TREE_BUDGET_BYTES, WIDGET_BUDGET_S, machine, measure_floor,
+                  measure_widgets, run_notebook)
+
+COURSE_RATIO_GOAL = 36.0
+
+
+def unit_test_groups() -> tuple[dict[str, float], float]:
+    """Seconds per test file (setup, call and teardown summed, from pytest --durations=0) and the wall
+    time of the whole unit run, as `make unit` runs it."""
+    import re
+    import subprocess
+    import time
+
+    began = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider",
+                           "--durations=0", "--durations-min=0"], cwd=ROOT, capture_output=True, text=True)
+    wall = time.monotonic() - began
+    groups: dict[str, float] = {}
+    for line in proc.stdout.splitlines():
+        found = re.match(r"\s*([0-9.]+)s (?:setup|call|teardown)\s+(tests/[^:]+)::", line)
+        if found:
+            groups[found.group(2)] = groups.get(found.group(2), 0.0) + float(found.group(1))
+    if proc.returncode != 0:
+        print("unit tests failed:\n" + proc.stdout[-1500:])
+    return dict(sorted(groups.items(), key=lambda kv: -kv[1])), wall
 
 OUT = ROOT / "docs" / "performance.md"
 
 
 def main(argv: list[str]) -> int:
-    notebooks = [Path(a) for a in argv[1:]] or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    with_unit = "--no-unit" not in argv
+    notebooks = [Path(a) for a in argv[1:] if a != "--no-unit"] or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     info = machine()
+    floor = measure_floor()
+    print(f"floor (fresh kernel, import the kit, setup(devices=4), one op): {floor:.1f} s", flush=True)
     runs = []
     for path in notebooks:
         run = run_notebook(path)
         runs.append(run)
         flag = "" if run.within_budget else "  OVER BUDGET"
-        print(f"{run.name:28} {run.seconds:6.1f} s  kernel {run.kernel_peak_bytes / 1e9:.2f} GB  "
+        print(f"{run.name:28} {run.seconds:6.1f} s  {run.seconds / floor:4.1f}x floor  kernel {run.kernel_peak_bytes / 1e9:.2f} GB  "
               f"with children {run.tree_peak_bytes / 1e9:.2f} GB{flag}" + (f"  {run.error}" if run.error else ""),
               flush=True)
     try:
@@ -61,13 +88,26 @@ def main(argv: list[str]) -> int:
         "libraries count once, as in a container's memory limit (Binder gives 2 GB), which is why it can be",
         "a little below the kernel's own resident peak.",
         "",
-        "| notebook | wall time | kernel peak | with children | within budget |",
-        "|---|---|---|---|---|",
+        f"*x floor*: the wall time over the **floor** measured in the same run ({floor:.1f} s here): a fresh",
+        "kernel that runs `" + "`; `".join(c.replace(chr(10) * 2, "; ") for c in FLOOR_CELLS) + "`. Ratios hold on any",
+        f"machine: the goal is {FLOOR_RATIO_GOAL:g}x per notebook and {COURSE_RATIO_GOAL:g}x for the whole course;",
+        f"strict nbval fails a notebook over {FLOOR_RATIO_LIMIT:g}x.",
+        "",
+        "| notebook | wall time | x floor | kernel peak | with children | within budget |",
+        "|---|---|---|---|---|---|",
     ]
     for run in runs:
-        ok = run.within_budget
-        lines.append(f"| {run.name} | {run.seconds:.1f} s | {run.kernel_peak_bytes / 1e9:.2f} GB | "
+        ok = run.within_budget and run.seconds <= FLOOR_RATIO_GOAL * floor
+        lines.append(f"| {run.name} | {run.seconds:.1f} s | {run.seconds / floor:.1f} | "
+                     f"{run.kernel_peak_bytes / 1e9:.2f} GB | "
                      f"{run.tree_peak_bytes / 1e9:.2f} GB | {'yes' if ok else 'NO' + (': ' + run.error if run.error else '')} |")
+    total = sum(run.seconds for run in runs)
+    lines += [f"| **all notebooks** | {total:.1f} s | {total / floor:.1f} (goal {COURSE_RATIO_GOAL:g}) | | | "
+              f"{'yes' if total <= COURSE_RATIO_GOAL * floor else 'NO'} |", "",
+              "The five slowest cells of the course:", "", "| notebook | cell | time | first line |", "|---|---|---|---|"]
+    slowest = sorted(((run.name, *cell) for run in runs for cell in run.cell_seconds), key=lambda c: -c[2])[:5]
+    for name, index, seconds, first in slowest:
+        lines.append(f"| {name} | {index} | {seconds:.1f} s | `{first.replace('|', '/')}` |")
     lines += [
         "",
         f"Wall times on this {info['cores']}-core machine vary from run to run (on the 2-core machine the course",
@@ -92,6 +132,12 @@ def main(argv: list[str]) -> int:
     for name, r in widgets["runs"].items():
         lines.append(f"| {name} | {r['seconds']:.1f} s | epochs {r['progress_updates']}, status "
                      f"\"{r['status_before_training']}\" before training |")
+    if with_unit:
+        groups, wall = unit_test_groups()
+        lines += ["", "## Unit tests", "",
+                  f"`make unit` took {wall / 60:.1f} minutes. Seconds per test file (setup, call and teardown):", "",
+                  "| test file | time |", "|---|---|"]
+        lines += [f"| {name} | {seconds:.1f} s |" for name, seconds in groups.items()]
     lines.append("")
     OUT.parent.mkdir(exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=OUT.parent, prefix=".performance-", suffix=".md")
