@@ -92,22 +92,32 @@ _CHILD = r'''
 import json, os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf
-# One inter-op thread: ops run in one order, so a crash reports the same failing op every run.
-tf.config.threading.set_inter_op_parallelism_threads(1)
-tf.config.threading.set_intra_op_parallelism_threads(1)   # small models: threads only fight the notebook's kernel
 import gputrain_kit as kit
-kit.setup(devices=4)
 import keras, numpy as np
 from gputrain_kit.errors import error_summary
 from gputrain_kit.replicas import replica_report
 
 cases, epochs = json.loads(sys.argv[1]), int(sys.argv[2])
-strategy = tf.distribute.MirroredStrategy(kit.device_names(4))
+# Linux: TensorFlow is imported once, here, and never started; each case runs in a child forked from
+# this process, with its own runtime, so a crash costs no new import. Elsewhere: one process for the
+# cases until one crashes (the parent then starts a fresh one for the rest).
+FORK = sys.platform.startswith("linux") and os.environ.get("GPUTRAIN_CASES_FORK", "1") != "0"
 N, BATCH, CLASSES = 1030, 64, 4
 rng = np.random.default_rng(0)
 y = rng.integers(0, CLASSES, N)
 data = {"dense": (rng.normal(size=(N, 16)) + y[:, None]).astype("float32"),
         "conv": (rng.normal(size=(N, 8, 8, 1)) + y[:, None, None, None]).astype("float32")}
+strategy = None
+
+
+def start_runtime():
+    global strategy
+    # One inter-op thread: ops run in one order, so a crash reports the same failing op every run.
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.threading.set_intra_op_parallelism_threads(1)   # small models: threads only fight the notebook's kernel
+    kit.setup(devices=4)
+    strategy = tf.distribute.MirroredStrategy(kit.device_names(4))
+
 
 def build(kind, bn):
     options = dict(scale=(bn != "scale=False"), synchronized=(bn == "synchronized"), name="bn")
@@ -123,7 +133,8 @@ def build(kind, bn):
         model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
 
-for kind, bn, batching in cases:
+
+def run_case(kind, bn, batching):
     keras.utils.set_random_seed(0)
     x = data[kind]
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH, drop_remainder=(batching == "drop_remainder"))
@@ -148,9 +159,30 @@ for kind, bn, batching in cases:
             out["later_fit"] = "works"
         except Exception as err:
             out["later_fit"] = error_summary(err)
-    print("__bncase__" + json.dumps(out), flush=True)
-    if out["error"]:
-        break   # a crash may poison this process: the parent starts a fresh one for the rest
+    return out
+
+
+if FORK:
+    for case in cases:
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            start_runtime()
+            print("__bncase__" + json.dumps(run_case(*case)), flush=True)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        if status:   # died before reporting: say so, as a crash of this case
+            print("__bncase__" + json.dumps({"case": case, "losses": [], "later_fit": "not tried", "poisoned": [],
+                                             "poisoned_replicas": [], "nan_copies": 0, "spread": 0.0, "nan_rows": 0,
+                                             "error": f"the process running it died (wait status {status})"}),
+                  flush=True)
+else:
+    start_runtime()
+    for case in cases:
+        out = run_case(*case)
+        print("__bncase__" + json.dumps(out), flush=True)
+        if out["error"]:
+            break   # a crash may poison this process: the parent starts a fresh one for the rest
 '''
 
 

@@ -109,3 +109,20 @@ def test_start_cases_checks_at_once_and_runs_in_the_background():
         pending.result(timeout=0.01)
     matrix = pending.result(timeout=300)
     assert [r.outcome for r in matrix.results] == ["healthy"] and bar.value == 1 and pending.done == 1
+
+
+def test_forked_cases_report_what_a_fresh_interpreter_reports(monkeypatch):
+    """On Linux each case runs in a child forked from one process that imported TensorFlow once; a crash
+    then costs no new import. The outcomes must be those of the plain path (one interpreter, a fresh one
+    after each crash), for a silent-NaN case and a crash that poisons its process."""
+    from gputrain_kit import bncases
+
+    cases = [("dense", "scale=False", "last step empty"), ("conv", "synchronized", "last step empty"),
+             ("dense", "synchronized", "last step empty")]
+    forked = bncases.run_cases(cases, processes=1)
+    monkeypatch.setenv("GPUTRAIN_CASES_FORK", "0")
+    plain = bncases.run_cases(cases, processes=1)
+    for a, b in zip(forked.results, plain.results):
+        assert (a.outcome, a.nan_copies, a.nan_rows, a.later_fit[:40]) == (b.outcome, b.nan_copies, b.nan_rows,
+                                                                         b.later_fit[:40]), (a, b)
+    assert [r.outcome for r in forked.results] == ["silent NaN", "crash", "healthy"]
