@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from ._args import require_choice, require_int, short
-from .processes import child_environment
+from .processes import BackgroundRun, child_environment
 
 __all__ = ["MODELS", "BN_SETTINGS", "BATCHINGS", "DEFAULT_CASES", "CaseResult", "Matrix", "run_cases", "start_cases",
            "PendingCases"]
@@ -280,48 +280,20 @@ def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: in
     return Matrix(tuple(results[c] for c in cases))
 
 
-class PendingCases:
+class PendingCases(BackgroundRun):
     """Cases running in the background (``start_cases``): ``.result()`` waits for the Matrix,
     ``.progress_bar()`` is a widget that follows the cases as they finish."""
 
+    unit = "case"
+    bar_label = "cases run"
+
     def __init__(self, cases: list[tuple[str, str, str]], epochs: int, processes: int, timeout: float):
-        self.total, self.done = len(cases), 0
-        self._bars: list[Any] = []
-        self._matrix: Matrix | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(cases, epochs, processes, timeout), daemon=True)
-        self._thread.start()
-
-    def _run(self, cases, epochs, processes, timeout) -> None:
-        try:
-            self._matrix = run_cases(cases, epochs=epochs, processes=processes, timeout=timeout,
-                                     on_result=self._advance)
-        except BaseException as err:   # handed to the caller of result()
-            self._error = err
-
-    def _advance(self, result: CaseResult, done: int, total: int) -> None:
-        self.done = done
-        for bar in self._bars:
-            bar.value = done
-
-    def progress_bar(self):
-        """An ipywidgets IntProgress showing how many cases have finished."""
-        import ipywidgets as widgets
-
-        bar = widgets.IntProgress(value=self.done, min=0, max=self.total, description="cases run")
-        self._bars.append(bar)
-        return bar
+        super().__init__(lambda advance: run_cases(cases, epochs=epochs, processes=processes, timeout=timeout,
+                                                   on_result=lambda result, done, total: advance(done)), len(cases))
 
     def result(self, timeout: float | None = None) -> Matrix:
         """Wait for every case (at most ``timeout`` seconds) and return the Matrix."""
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise TimeoutError(f"PendingCases.result: {self.total - self.done} case(s) still running after "
-                               f"{timeout} s; call result() again to keep waiting.")
-        if self._error is not None:
-            raise self._error
-        assert self._matrix is not None
-        return self._matrix
+        return super().result(timeout)
 
 
 def start_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: int = 2, processes: int = 1,

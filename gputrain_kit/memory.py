@@ -28,6 +28,7 @@ from importlib import resources
 from typing import Any, Sequence
 
 from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short
+from .processes import BackgroundRun
 
 __all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "split_layers", "preset_profile",
            "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "measure_training_step", "DTYPE_POLICIES",
@@ -473,6 +474,7 @@ def _measure_forked(source: str, name: str, jobs: list[tuple[str, dict, dict]], 
     shown = {n: s for n, _, s in jobs}
     results: dict[str, MemoryMeasurement] = {}
     failures: list[str] = []
+    refused: list[ValueError] = []       # measured, but nothing the allocator counted: the user's error
     with tempfile.TemporaryFile("w+") as errors:
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=errors, text=True,
                                 env=child_environment(func, None))
@@ -490,21 +492,21 @@ def _measure_forked(source: str, name: str, jobs: list[tuple[str, dict, dict]], 
                 try:
                     results[values["name"]] = _measurement(values, shown[values["name"]], func)
                 except ValueError as err:
-                    failures.append(str(err))
+                    refused.append(err)
                     continue
                 if on_result is not None:
                     on_result(values["name"], results[values["name"]], len(results), len(jobs))
             proc.wait()
         finally:
             timer.cancel()
-        if proc.returncode != 0 or len(results) + len(failures) < len(jobs):
+        if proc.returncode != 0 or len(results) + len(failures) + len(refused) < len(jobs):
             errors.seek(0)
             tail = "\n".join(errors.read().strip().splitlines()[-6:])
             failures.append(f"the measuring process exited with status {proc.returncode}:\n{tail}")
     if failures:
-        if len(failures) == 1 and failures[0].startswith(f"{func}: TensorFlow's allocator"):
-            raise ValueError(failures[0])
-        raise ChildError(f"{func}: " + "\n".join(failures))
+        raise ChildError(f"{func}: " + "\n".join(failures + [str(err) for err in refused]))
+    if refused:
+        raise refused[0]
     return results
 
 
@@ -543,13 +545,15 @@ def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtyp
 _LEVER_KEYS = ("batch_size", "optimizer", "dtype_policy", "remat", "accumulation_steps")
 
 
-def _lever_jobs(func: str, build: Any, levers: Any, batch_size: int, steps: int) -> list[tuple[str, dict, dict]]:
+def _lever_jobs(func: str, build: Any, levers: Any, batch_size: int,
+                steps: int) -> tuple[str, list[tuple[str, dict, dict]]]:
+    """build's source and, per lever, (name, child config, config shown), every argument checked."""
     from collections.abc import Mapping
 
     if not isinstance(levers, Mapping) or not levers:
         raise ArgumentTypeError(f"{func}: levers must be a non-empty dict of name -> settings, e.g. "
                                 f"{{'Adam': {{}}, 'SGD': {{'optimizer': 'sgd'}}}}; got {short(levers)}.")
-    jobs = []
+    source, jobs = "", []
     for name, settings in levers.items():
         if not isinstance(name, str) or not isinstance(settings, Mapping):
             raise ArgumentTypeError(f"{func}: each lever is a name (str) and a dict of settings, got "
@@ -559,25 +563,23 @@ def _lever_jobs(func: str, build: Any, levers: Any, batch_size: int, steps: int)
             raise ValueError(f"{func}: levers[{name!r}] sets {unknown}; a lever can set {list(_LEVER_KEYS)}.")
         config = {"batch_size": batch_size, "optimizer": "adam", "dtype_policy": "float32", "remat": False,
                   "accumulation_steps": 1, **settings}
-        _, child_config, shown = _measure_config(func, build, steps=steps, **config)
+        source, child_config, shown = _measure_config(func, build, steps=steps, **config)
         jobs.append((name, child_config, shown))
-    return jobs
+    return source, jobs
 
 
 def measure_levers(build: Any, levers: Any, *, batch_size: int, steps: int = 2, processes: int = 2,
                    on_result: Any = None) -> dict[str, MemoryMeasurement]:
     """``measure_memory`` for several configurations, each in a process of its own (forked from one that
-    imported TensorFlow once, on Linux), up to ``processes`` at a time. ``levers``: name -> settings that differ from the default (``batch_size``, ``optimizer``,
-    ``dtype_policy``, ``remat``, ``accumulation_steps``), e.g. ``{"Adam": {}, "SGD": {"optimizer": "sgd"}}``.
+    imported TensorFlow once, on Linux), up to ``processes`` at a time. ``levers``: name -> settings that
+    differ from the default (``batch_size``, ``optimizer``, ``dtype_policy``, ``remat``,
+    ``accumulation_steps``), e.g. ``{"Adam": {}, "SGD": {"optimizer": "sgd"}}``.
     ``on_result(name, measurement, done, total)`` is called as each finishes. Results keep ``levers``' order."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     func = "measure_levers"
     processes = require_int(func, "processes", processes, minimum=1)
-    jobs = _lever_jobs(func, build, levers, batch_size, steps)
-    source = _measure_config(func, build, steps=steps, **{"batch_size": batch_size, "optimizer": "adam",
-                                                          "dtype_policy": "float32", "remat": False,
-                                                          "accumulation_steps": 1})[0]
+    source, jobs = _lever_jobs(func, build, levers, batch_size, steps)
     if _forking():
         results = _measure_forked(source, build.__name__, jobs, processes, func, on_result)
     else:
@@ -592,51 +594,21 @@ def measure_levers(build: Any, levers: Any, *, batch_size: int, steps: int = 2, 
     return {name: results[name] for name, _, _ in jobs}
 
 
-class PendingMeasurements:
+class PendingMeasurements(BackgroundRun):
     """Measurements running in the background (``start_measuring``): ``.result()`` waits for them,
     ``.progress_bar()`` is a widget that follows them as they finish."""
 
+    unit = "measurement"
+    bar_label = "measured"
+
     def __init__(self, build: Any, levers: Any, batch_size: int, steps: int, processes: int):
-        import threading
-
-        self.total, self.done = len(levers), 0
-        self._bars: list[Any] = []
-        self._results: dict[str, MemoryMeasurement] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(build, levers, batch_size, steps, processes),
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self, build, levers, batch_size, steps, processes) -> None:
-        try:
-            self._results = measure_levers(build, levers, batch_size=batch_size, steps=steps, processes=processes,
-                                           on_result=self._advance)
-        except BaseException as err:   # handed to the caller of result()
-            self._error = err
-
-    def _advance(self, name: str, measurement: MemoryMeasurement, done: int, total: int) -> None:
-        self.done = done
-        for bar in self._bars:
-            bar.value = done
-
-    def progress_bar(self):
-        """An ipywidgets IntProgress showing how many measurements have finished."""
-        import ipywidgets as widgets
-
-        bar = widgets.IntProgress(value=self.done, min=0, max=self.total, description="measured")
-        self._bars.append(bar)
-        return bar
+        super().__init__(lambda advance: measure_levers(
+            build, levers, batch_size=batch_size, steps=steps, processes=processes,
+            on_result=lambda name, measurement, done, total: advance(done)), len(levers))
 
     def result(self, timeout: float | None = None) -> dict[str, MemoryMeasurement]:
         """Wait for every measurement (at most ``timeout`` seconds) and return them by name."""
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise TimeoutError(f"PendingMeasurements.result: {self.total - self.done} measurement(s) still "
-                               f"running after {timeout} s; call result() again to keep waiting.")
-        if self._error is not None:
-            raise self._error
-        assert self._results is not None
-        return self._results
+        return super().result(timeout)
 
 
 def start_measuring(build: Any, levers: Any, *, batch_size: int, steps: int = 2,

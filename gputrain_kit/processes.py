@@ -12,11 +12,11 @@ import subprocess
 import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ._args import ArgumentTypeError, short, typed
 
-__all__ = ["ChildResult", "ChildError", "run_child", "child_environment", "function_source"]
+__all__ = ["ChildResult", "ChildError", "run_child", "child_environment", "function_source", "BackgroundRun"]
 
 _PRELUDE = """
 import os, json
@@ -103,3 +103,53 @@ def run_child(code: str, *, env: Mapping[str, str | None] | None = None, timeout
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
         raise ChildError(f"child process exited with status {proc.returncode}:\n{tail}")
     return result
+
+
+class BackgroundRun:
+    """Work that runs child processes in a background thread, so that a notebook goes on meanwhile.
+
+    ``work(advance)`` runs in the thread and returns the result; it calls ``advance(done)`` as each of
+    its ``total`` items finishes. ``.progress_bar()`` is a widget that follows them, ``.result()`` waits.
+    Subclasses name the items (``unit``, e.g. "case") and the bar (``bar_label``)."""
+
+    unit = "item"
+    bar_label = "done"
+
+    def __init__(self, work: Callable[[Callable[[int], None]], Any], total: int):
+        import threading
+
+        self.total, self.done = total, 0
+        self._bars: list[Any] = []
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(work,), daemon=True)
+        self._thread.start()
+
+    def _run(self, work: Callable[[Callable[[int], None]], Any]) -> None:
+        try:
+            self._result = work(self._advance)
+        except BaseException as err:   # handed to the caller of result()
+            self._error = err
+
+    def _advance(self, done: int) -> None:
+        self.done = done
+        for bar in self._bars:
+            bar.value = done
+
+    def progress_bar(self):
+        """An ipywidgets IntProgress showing how many items have finished."""
+        import ipywidgets as widgets
+
+        bar = widgets.IntProgress(value=self.done, min=0, max=self.total, description=self.bar_label)
+        self._bars.append(bar)
+        return bar
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the work (at most ``timeout`` seconds) and return its result."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"{type(self).__name__}.result: {self.total - self.done} {self.unit}(s) still "
+                               f"running after {timeout} s; call result() again to keep waiting.")
+        if self._error is not None:
+            raise self._error
+        return self._result

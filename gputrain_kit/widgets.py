@@ -296,7 +296,7 @@ class MemoryExplorer:
             self.summary.value = f"<p style='color:#b00020'>{html.escape(str(err))}</p>"
             self.plot.clear_output()
             return
-        levers = [a for a in self.estimate.assumptions[3:]]
+        levers = self.estimate.assumptions[3:]       # after the three that every estimate states
         self.summary.value = (f"<p>{html.escape(memory_verdict(self.estimate, self.capacity.value))}</p>"
                               + "".join(f"<p style='font-size:90%'>{html.escape(a)}</p>" for a in levers))
         self.plot.clear_output(wait=True)
