@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Same environment for the executor, nbval and the tests: reproducible hashing.
 export PYTHONHASHSEED := 0
 
-.PHONY: lab test unit nbval notebooks install doctor bench lock screenshots errors-doc clean
+.PHONY: lab test unit nbval notebooks install doctor bench lock screenshots errors-doc gpu-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,16 @@ errors-doc: $(STAMP)
 
 doctor: $(STAMP)
 	$(PY) -m gputrain_kit doctor
+
+# On a machine with NVIDIA GPUs: TensorFlow's CUDA wheels, then the whole course with real GPUs (doctor, the
+# GPU-only claims, every notebook, the unit tests), recorded in artifacts/gpu/report.json (docs/gpu.md).
+GPU_STAMP := $(VENV)/.installed-gpu
+$(GPU_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[gpu,test]'
+	touch $(GPU_STAMP)
+
+gpu-check: $(GPU_STAMP)
+	$(PY) tools/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

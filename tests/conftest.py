@@ -31,6 +31,34 @@ def last_json(proc: subprocess.CompletedProcess):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def nvidia_smi_gpus() -> int:
+    """How many GPUs nvidia-smi lists (0 without nvidia-smi or a driver)."""
+    import shutil
+    if not shutil.which("nvidia-smi"):
+        return 0
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a real NVIDIA GPU (nvidia-smi, CUDA_VISIBLE_DEVICES unset); "
+                            "skipped elsewhere, run by `make gpu-check` on a GPU machine")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip @pytest.mark.gpu tests, with the reason, where no GPU can be used."""
+    marked = [item for item in items if item.get_closest_marker("gpu")]
+    if not marked:
+        return
+    gpus = nvidia_smi_gpus()
+    if gpus and os.environ.get("CUDA_VISIBLE_DEVICES") is None:
+        return
+    reason = ("GPU only: no GPU here (nvidia-smi lists none)" if not gpus else
+              f"GPU only: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r} is set; unset it to run")
+    for item in marked:
+        item.add_marker(pytest.mark.skip(reason=reason))
+
+
 def pytest_terminal_summary(terminalreporter):
     """Say where the browser test left its screenshots and server log (CI keeps this log)."""
     folder = Path(os.environ.get("GPUTRAIN_ARTIFACTS", ROOT / "artifacts")) / "browser"
