@@ -101,7 +101,7 @@ class DeviceActivity:
     wall_s: float = 0.0          # the block's duration
     overhead_s: float = 0.0      # starting, stopping and reading the profiler
     unattributed_s: float = 0.0  # op time the kit could not place on a device
-    source: str = ""             # "host ops" or "GPU planes"
+    source: str = ""             # "host ops", "GPU planes" or "GPU planes, by op name"
     functions: list[str] = field(default_factory=list)   # the traced function of each interval
     _done: bool = False
 
@@ -317,14 +317,59 @@ def _gpu_intervals(space: Any, devices: Sequence[str], t0_ps: int):
                 continue
             base = line.timestamp_ns * 1000 - t0_ps
             for event in line.events:
-                meta = plane.event_metadata[event.metadata_id]
-                op = meta.display_name or meta.name
-                for stat in list(event.stats) + list(meta.stats):
-                    if stat_names.get(stat.metadata_id) == "tf_op":
-                        op = stat.str_value or stat_names.get(stat.ref_value, op)
+                op = _kernel_op(plane, event, stat_names)
                 start = (base + event.offset_ps) / 1e12
                 intervals.append((device, start, start + event.duration_ps / 1e12, op, ""))
     return [i for i in intervals if i[0] in devices]
+
+
+def _kernel_op(plane: Any, event: Any, stat_names: dict[int, str]) -> str:
+    meta = plane.event_metadata[event.metadata_id]
+    op = meta.display_name or meta.name
+    for stat in list(event.stats) + list(meta.stats):
+        if stat_names.get(stat.metadata_id) == "tf_op":
+            op = stat.str_value or stat_names.get(stat.ref_value, op)
+    return op
+
+
+def _logical_gpu_intervals(space: Any, nodes: dict[str, str | None], devices: Sequence[str], t0_ps: int,
+                           diagnostics: dict | None = None):
+    """Kernels of the physical GPUs' streams, each given to the logical GPU its op ran on.
+
+    Logical GPUs of one physical GPU share its trace plane, so the plane does not say which logical
+    device ran a kernel; the kernel's ``tf_op`` names its op ("node:type"), and the node's device
+    comes from the traced functions (``nodes``), as on the host path. Kernels whose op is unknown are
+    left out and counted. Returns (intervals, unattributed seconds)."""
+    stripped: dict[str, set] = {}     # a node path without its first part (the call node) -> its devices
+    for node, device in nodes.items():
+        if "/" in node:
+            stripped.setdefault(node.split("/", 1)[1], set()).add(device)
+    intervals, unattributed, seen = [], 0.0, []
+    for plane in space.planes:
+        if not re.fullmatch(r"/device:GPU:\d+", plane.name):
+            continue
+        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        for line in plane.lines:
+            if not line.name.lower().startswith("stream"):
+                continue
+            base = line.timestamp_ns * 1000 - t0_ps
+            for event in line.events:
+                op = _kernel_op(plane, event, stat_names)
+                if diagnostics is not None and len(seen) < 40:
+                    seen.append([line.name, op])
+                node = op.rsplit(":", 1)[0]
+                device = nodes.get(node)
+                if device is None and len(stripped.get(node, ())) == 1:
+                    device = next(iter(stripped[node]))
+                start = (base + event.offset_ps) / 1e12
+                if device in devices:
+                    intervals.append((device, start, start + event.duration_ps / 1e12, op, ""))
+                else:
+                    unattributed += event.duration_ps / 1e12
+    if diagnostics is not None:
+        diagnostics.update(kernels=seen, nodes=list(nodes)[:40], planes=[p.name for p in space.planes],
+                           attributed=len(intervals), unattributed_s=unattributed)
+    return intervals, unattributed
 
 
 class device_activity:
@@ -359,6 +404,7 @@ class device_activity:
                 self._devices = tuple(normalize_device(d.name) for d in tf.config.list_logical_devices()
                                       if d.device_type in ("CPU", "GPU"))
         self._gpus_whole = report is not None and report.mode == "gpu"   # one logical device per GPU
+        self._gpus_logical = report is not None and report.mode == "split-gpu"
         self._result.devices = self._devices
         self._result.simulated = report.simulated if report is not None else not any(
             ":GPU:" in d for d in self._devices)
@@ -425,6 +471,16 @@ class device_activity:
             gpu = _gpu_intervals(space, self._devices, t0_ps)
             if gpu:
                 intervals, r.source = gpu, "GPU planes"
+        elif self._gpus_logical:
+            # On GPUs the host's op events are launches, not compute: read the kernels themselves.
+            diagnostics: dict | None = {} if os.environ.get("GPUTRAIN_ACTIVITY_DUMP") else None
+            gpu, missed = _logical_gpu_intervals(space, nodes, self._devices, t0_ps, diagnostics)
+            if diagnostics is not None:
+                import json
+                with open(os.environ["GPUTRAIN_ACTIVITY_DUMP"], "a") as f:
+                    f.write(json.dumps({**diagnostics, "host_attributed": len(intervals)}, default=str) + "\n")
+            if gpu:
+                intervals, unattributed, r.source = gpu, missed, "GPU planes, by op name"
         kept = sorted((i for i in intervals if i[0] in self._devices), key=lambda i: i[1])
         r.intervals = [i[:4] for i in kept]
         r.functions = [i[4] for i in kept]

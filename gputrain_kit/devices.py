@@ -198,6 +198,12 @@ def setup(devices: int = 2, *, kind: str = "auto", memory_limit_mb: int | None =
     tf.get_logger().setLevel(logging.WARNING)
     keras.utils.set_random_seed(seed)  # seeds Python, NumPy and TensorFlow
     tf.config.experimental.enable_op_determinism()
+    if mode != "cpu":
+        # TensorFlow runs float32 matmuls and convolutions in TensorFloat-32 on Ampere and newer GPUs
+        # (10-bit mantissa): the course compares results across devices and strategies, so keep float32.
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+        notes.append("TensorFloat-32 off: float32 matmuls stay float32, so results compare with the "
+                     "CPU run (TensorFlow's default on Ampere and newer GPUs is on).")
 
     report = SetupReport(mode=mode, devices=names[:devices], physical_gpus=tuple(g.name for g in gpus),
                          memory_limit_mb=limit, seed=seed, tensorflow=tf.__version__,

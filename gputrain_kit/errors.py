@@ -116,7 +116,8 @@ def error_summary(error: BaseException | str, limit: int = 160) -> str:
             j = i - 1   # a single error: its message stands just above the node it names
             while j > 0 and ("previous operation" in lines[j] or "Restart your program" in lines[j]):
                 j -= 1
-            found.append(lines[j].strip())
+            if lines[j].strip():                  # a blank line above: no message to take here
+                found.append(lines[j].strip())
     derived = ("previous operation", "Restart your program", "cancelled", "Cancelled")
     useful = [f for f in found if not any(d in f for d in derived)]   # errors that only follow another one
     if len(useful) > 1 and re.search(r"^\s*\(1\)\s", text, re.M):

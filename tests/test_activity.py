@@ -279,3 +279,35 @@ def test_bad_devices_argument_is_named():
 
     with pytest.raises(TypeError, match="device_activity: devices must be a list"):
         kit.device_activity("CPU:0")
+
+
+def test_kernels_on_logical_gpus_go_to_the_device_their_op_ran_on():
+    """Logical GPUs of one physical GPU share its trace plane: each kernel is given to a logical GPU by its
+    op's node name (tf_op), as an H100 run needed (kit.gpu_record 'activity_split'). A synthetic trace here."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    from gputrain_kit.activity import _logical_gpu_intervals
+
+    space = xplane_pb2.XSpace()
+    plane = space.planes.add(name="/device:GPU:0")
+    plane.stat_metadata[1].name = "tf_op"
+    plane.event_metadata[1].name = "volta_sgemm"
+    line = plane.lines.add(name="Stream #22(Compute)", timestamp_ns=1000)
+    ops = ["StatefulPartitionedCall/replica_1/dense/MatMul:MatMul",     # the traced node path
+           "replica_2/dense/MatMul:MatMul",                            # without the call node
+           "dense/MatMul:MatMul",                                      # ambiguous: replica 0's and others'
+           "unknown/Op:Op"]
+    for i, op in enumerate(ops):
+        event = line.events.add(metadata_id=1, offset_ps=i * 10**6, duration_ps=5 * 10**5)
+        event.stats.add(metadata_id=1, str_value=op)
+    plane.lines.add(name="Host launches")                              # not a stream: ignored
+    nodes = {"StatefulPartitionedCall/replica_1/dense/MatMul": "/device:GPU:1",
+             "StatefulPartitionedCall/replica_2/dense/MatMul": "/device:GPU:2",
+             "StatefulPartitionedCall/dense/MatMul": "/device:GPU:0",
+             "OtherCall/dense/MatMul": "/device:GPU:3"}
+    devices = [f"/device:GPU:{i}" for i in range(4)]
+    diagnostics: dict = {}
+    intervals, missed = _logical_gpu_intervals(space, nodes, devices, t0_ps=0, diagnostics=diagnostics)
+    assert [(d, op) for d, _, _, op, _ in intervals] == [("/device:GPU:1", ops[0]), ("/device:GPU:2", ops[1])]
+    assert missed == pytest.approx(2 * 5e-7)
+    assert intervals[0][1] == pytest.approx(1e-6) and intervals[0][2] - intervals[0][1] == pytest.approx(5e-7)
+    assert diagnostics["attributed"] == 2 and len(diagnostics["kernels"]) == 4

@@ -71,3 +71,16 @@ def test_setup_report_wraps_its_notes_between_words():
     text = repr(SetupReport(**values))
     assert all(len(line) <= 96 for line in text.splitlines()[2:-1])
     assert all(not line.endswith("wor") for line in text.splitlines())
+
+
+def test_error_summary_skips_a_blank_line_above_the_node():
+    """TensorFlow's missing-kernel error ends with a blank line, then the node: the summary is its first line."""
+    from gputrain_kit import error_summary
+
+    class InvalidArgumentError(Exception):
+        pass
+
+    text = ("No OpKernel was registered to support Op 'NcclAllReduce' used by {{node sgd/NcclAllReduce}}\n"
+            "Registered devices: [CPU]\nRegistered kernels:\n  device='GPU'\n\n\t [[sgd/NcclAllReduce]]")
+    assert error_summary(InvalidArgumentError(text), limit=70) == \
+        "InvalidArgumentError: No OpKernel was registered to support Op 'NcclAllReduce' used by ..."

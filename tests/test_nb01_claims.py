@@ -1,27 +1,16 @@
 """Every TensorFlow behaviour notebook 01 shows, checked on the installed versions."""
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-
 import pytest
 
 from gputrain_kit import check, counting, processes
 from gputrain_kit.visibility import measured_numbering
-from conftest import last_json, run_python
+from conftest import last_json, nvidia_smi_gpus, run_python
 
 
-def _nvidia_smi_gpus() -> int:
-    if not shutil.which("nvidia-smi"):
-        return 0
-    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
-
-
-#: Section 6 of notebook 01 ("GPU only"): these claims can only be checked on a GPU machine.
-gpu_only = pytest.mark.skipif(_nvidia_smi_gpus() == 0 or os.environ.get("CUDA_VISIBLE_DEVICES") is not None,
-                              reason="GPU only: needs nvidia-smi, a GPU, and CUDA_VISIBLE_DEVICES unset")
+#: Section 6 of notebook 01 ("GPU only"): these claims can only be checked on a GPU machine (conftest skips
+#: them elsewhere, with the reason).
+gpu_only = pytest.mark.gpu
 
 
 def test_no_strategy_computes_on_device_0_and_mirrored_on_every_device():
@@ -154,15 +143,16 @@ def test_gpu_cuda_device_order_pci_bus_id_is_nvidia_smis_order():
     """Section 6.4: with CUDA_DEVICE_ORDER=PCI_BUS_ID, /GPU:i is nvidia-smi's GPU i; unset, the same boards
     appear in some order (fastest first)."""
     by_bus = measured_numbering("PCI_BUS_ID")
-    assert [index for _, index, _ in by_bus] == list(range(_nvidia_smi_gpus()))
+    assert [index for _, index, _ in by_bus] == list(range(nvidia_smi_gpus()))
     fastest = measured_numbering(None)
-    assert sorted(index for _, index, _ in fastest) == list(range(_nvidia_smi_gpus()))
+    assert sorted(index for _, index, _ in fastest) == list(range(nvidia_smi_gpus()))
 
 
 @gpu_only
 def test_gpu_default_init_reserves_most_memory_and_growth_does_not():
-    """Section 6.2: a first op with default settings, or device_lib.list_local_devices(), holds most of
-    GPU 0's memory; a first op with TF_FORCE_GPU_ALLOW_GROWTH=true far less."""
+    """Section 6.2: a first op with default settings holds most of GPU 0's memory; device_lib.list_local_devices()
+    (the 2018 warning) and a first op with TF_FORCE_GPU_ALLOW_GROWTH=true far less (an H100: 79,349 vs 529 and
+    531 MiB of 81,559)."""
     code = """
         import subprocess, tensorflow as tf
         {call}
@@ -177,21 +167,24 @@ def test_gpu_default_init_reserves_most_memory_and_growth_does_not():
     listing = processes.run_child(code.format(call=devlib), env={"TF_FORCE_GPU_ALLOW_GROWTH": None}).values
     growth = processes.run_child(code.format(call=op), env={"TF_FORCE_GPU_ALLOW_GROWTH": "true"}).values
     assert default["used"][0] > 0.5 * default["total"][0]
-    assert listing["used"][0] > 0.5 * listing["total"][0]
+    assert listing["used"][0] < default["used"][0] / 2        # TF 2.21: a CUDA context, not the allocator's share
     assert growth["used"][0] < default["used"][0] / 2
 
 
 @gpu_only
 def test_gpu_kit_setup_turns_memory_growth_on():
-    """Section 6.5: kit.setup() on real GPUs (enough of them, no memory_limit_mb) turns memory growth on."""
+    """Section 6.5: kit.setup() on real GPUs (enough of them, no memory_limit_mb) turns memory growth on, and
+    TensorFloat-32 off (so GPU results compare with the CPU run; an H100 with it on differed by 4e-4)."""
     values = processes.run_child("""
         import gputrain_kit as kit
         report_ = kit.setup(devices=1)
         import tensorflow as tf
         gpu = tf.config.list_physical_devices("GPU")[0]
-        report(mode=report_.mode, growth=tf.config.experimental.get_memory_growth(gpu))
+        report(mode=report_.mode, growth=tf.config.experimental.get_memory_growth(gpu),
+               tf32=tf.config.experimental.tensor_float_32_execution_enabled(),
+               noted=any("TensorFloat-32 off" in n for n in report_.notes))
     """).values
-    assert values == {"mode": "gpu", "growth": True}
+    assert values == {"mode": "gpu", "growth": True, "tf32": False, "noted": True}
 
 
 @gpu_only

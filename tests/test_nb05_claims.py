@@ -16,7 +16,8 @@ def test_check_batch_plan_warns_only_when_a_replica_is_empty():
         check_batch_plan(1030, 64, 4)
     advice = str(caught[0].message)
     assert "Fix: fixed-size batches (drop_remainder=True on the global batch" in advice
-    assert "synchronized=True) is no fix for empty steps" in advice and "crashes fit on conv" in advice
+    assert "synchronized=True) is no fix for empty steps" in advice
+    assert "on CPU devices, crashes fit on conv models" in advice      # on an H100 they run into NaN instead
     with pytest.warns(EmptyReplicaWarning, match="drop_remainder=True on each replica's batch"):
         assert check_batch_plan(1040, 64, 4, via="function")[-1] == [16, 0, 0, 0]
     with warnings.catch_warnings():
