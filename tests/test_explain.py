@@ -135,8 +135,8 @@ def test_explain_reads_the_cause_of_a_wrapper_and_plain_text():
         kit.explain(42)
 
 
-# The GPU-only messages, as NCCL and TensorFlow write them (NCCL's init.cc and its error strings; TensorFlow's
-# BFC allocator). A GPU machine runs the real ones in the course's GPU checks.
+# The GPU-only messages. The documented texts (NCCL's error strings; TensorFlow's BFC allocator), and the
+# real ones an H100 produced in `make gpu-check` (kit.gpu_record, docs/gpu.md).
 @pytest.mark.parametrize("text,key", [
     ("InternalError: NCCL: invalid usage (run with NCCL_DEBUG=WARN for details)", "nccl-one-gpu"),
     ("NCCL WARN Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000", "nccl-one-gpu"),
@@ -144,6 +144,14 @@ def test_explain_reads_the_cause_of_a_wrapper_and_plain_text():
      "/job:localhost/replica:0/task:0/device:GPU:0 by allocator GPU_0_bfc", "out-of-memory"),
 ])
 def test_documented_gpu_messages(text, key):
+    assert kit.explain(text).key == key
+
+
+@pytest.mark.parametrize("fact,key", [("nccl_on_logical_gpus", "nccl-one-gpu"), ("oom_tensor", "out-of-memory"),
+                                      ("oom_fit", "out-of-memory"), ("growth_after_init", "devices-fixed")])
+def test_real_gpu_errors_recorded_on_an_h100(fact, key):
+    """The errors a real GPU raised (recorded with their whole text), explained by today's explain()."""
+    text = kit.gpu_record.RECORD["facts"][fact]["error"]
     assert kit.explain(text).key == key
 
 

@@ -1,0 +1,97 @@
+"""What the course's GPU-only claims printed on a real GPU, recorded by ``make gpu-check`` (docs/gpu.md).
+
+A laptop cannot show GPU memory, NCCL or CUDA's device numbering; the notebooks show these recorded
+outputs beside their own, labelled with the machine and the date, so nobody mistakes them for this
+machine's. ``show("first_op_default", ...)`` prints them; ``RECORD`` holds the raw values.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .errors import error_summary
+
+RECORD: dict[str, Any] = json.loads((Path(__file__).with_name("gpu_record.json")).read_text())
+
+
+def label() -> str:
+    """Which machine, software and date the record comes from."""
+    m = RECORD["machine"]
+    return (f"Recorded on {m['gpus']} x {m['gpu']} (driver {m['driver']}), TensorFlow {m['tensorflow']} "
+            f"(CUDA {m['cuda_build']} build), {m['date']}: not this machine.")
+
+
+def _mib(used_total: list) -> str:
+    used, total = used_total[0]
+    return f"{used:,} of {total:,} MiB"
+
+
+def _peaks(values: dict) -> str:
+    names = [d.rsplit("/", 1)[-1].replace("device:", "") for d in values.get("devices", [])] or \
+        [f"GPU:{i}" for i in range(len(values["peaks"]))]
+    return ", ".join(f"{n} {p / 2**10:,.0f} KiB" for n, p in zip(names, values["peaks"]))
+
+
+def _error(values: dict) -> str:
+    text = values.get("error")
+    if not text:
+        return "no error"
+    explained = values.get("explained")
+    return error_summary(text, limit=130) + (f"  [kit.explain: {explained['key']}]" if explained else "")
+
+
+_LINES = {
+    "first_op_default": lambda v: f"first op, default settings:       GPU 0 holds {_mib(v['after'])}",
+    "device_lib_listing": lambda v: f"device_lib.list_local_devices(): GPU 0 holds {_mib(v['after'])}",
+    "first_op_growth": lambda v: f"first op, memory growth on:       GPU 0 holds {_mib(v['after'])}",
+    "kit_setup_memory": lambda v: f"kit.setup(devices=4), first op:   GPU 0 holds {_mib(v['after'])} "
+                                  f"({v['mode']}, {v['limit']} MB per logical GPU)",
+    "kit_setup_one_gpu": lambda v: f"kit.setup(devices=1), first op:   GPU 0 holds {_mib(v['after'])} "
+                                   f"({v['mode']}, memory growth {v['growth']})",
+    "plain_fit_peaks_split": lambda v: f"plain fit, peaks: {_peaks(v)}",
+    "mirrored_fit_peaks_split": lambda v: f"MirroredStrategy fit, peaks: {_peaks(v)}",
+    "late_cuda_visible_devices": lambda v: f"GPUs before the change: {len(v['first'])}; after "
+                                           f"CUDA_VISIBLE_DEVICES='': {len(v['later'])}; an op then runs on "
+                                           f"{v['op_device'].rsplit('/', 1)[-1].replace('device:', '')}",
+    "early_cuda_visible_devices": lambda v: f"CUDA_VISIBLE_DEVICES='' before importing TensorFlow: "
+                                            f"{len(v['gpus'])} GPU(s)",
+    "growth_after_split": lambda v: f"growth after the split: {_error(v)}",
+    "growth_before_split": lambda v: f"growth before the split: accepted, get_memory_growth says {v['says_growth']}, "
+                                     f"and a first op holds {_mib(v['after'])} (two 1024 MB logical GPUs: "
+                                     "the growth was dropped)",
+    "growth_after_init": lambda v: f"growth after the first op: {_error(v)}",
+    "nccl_on_logical_gpus": lambda v: f"NcclAllReduce on 2 logical GPUs of 1 GPU: {_error(v)}",
+    "hierarchical_copy_on_logical_gpus": lambda v: f"HierarchicalCopyAllReduce on 4 logical GPUs: "
+                                                   f"{'trains, loss ' + format(v['loss'], '.3f') if v.get('loss') else _error(v)}",
+    "oom_tensor": lambda v: f"2 GiB tensor on a 1024 MB logical GPU: {_error(v)}",
+    "oom_fit": lambda v: f"4 x Dense(4096) with Adam on a 1024 MB logical GPU: {_error(v)}",
+    "determinism_same": lambda v: f"two fresh processes, MirroredStrategy on 4 logical GPUs, weights bit for bit "
+                                  f"the same: {v}",
+    "activity_split": lambda v: f"device_activity, 4 logical GPUs: computed on "
+                                f"{', '.join(d.rsplit('/', 1)[-1].replace('device:', '') for d in v['computed'])} "
+                                f"({v['source']})",
+    "activity_whole_gpu": lambda v: f"device_activity, 1 whole GPU: computed on "
+                                    f"{', '.join(d.rsplit('/', 1)[-1].replace('device:', '') for d in v['computed'])} "
+                                    f"({v['source']})",
+    "bn_matrix": lambda v: "notebook 05's BatchNorm matrix on 4 logical GPUs:\n    " + "\n    ".join(v["rows"]),
+    "pipeline_idle": lambda v: "notebook 03's two stages on 2 logical GPUs:\n    " + "\n    ".join(v["lines"]),
+}
+
+#: The facts ``show`` knows.
+KEYS = tuple(_LINES)
+
+
+def lines(*keys: str) -> list[str]:
+    """The recorded facts ``keys`` (all when none), one plain line each."""
+    unknown = [k for k in keys if k not in _LINES]
+    if unknown:
+        raise ValueError(f"gpu_record.lines: unknown fact {unknown[0]!r}; choose from {', '.join(KEYS)}.")
+    return [_LINES[k](RECORD["facts"][k]) for k in (keys or KEYS)]
+
+
+def show(*keys: str) -> None:
+    """Print the label, then the recorded facts ``keys``."""
+    print(label())
+    for line in lines(*keys):
+        print("  " + line)

@@ -1,0 +1,96 @@
+"""The GPU record (kit.gpu_record, docs/gpu.md) and the tool that makes it (tools/gpu_check.py), on any machine.
+
+The record is what `make gpu-check` measured on a real GPU; these tests check that it is labelled, that it
+says what the notebooks say of it, and that the tool refuses to run without a GPU. The GPU-only claims
+themselves are tested live by the @pytest.mark.gpu tests on a GPU machine.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import gputrain_kit as kit
+from conftest import ROOT
+
+FACTS = kit.gpu_record.RECORD["facts"]
+
+
+def test_record_is_labelled_with_machine_and_date():
+    label = kit.gpu_record.label()
+    assert "H100" in label and "2026-11-22" in label and "not this machine" in label
+    assert "580.159.04" in label and "TensorFlow 2.21.0" in label
+
+
+def test_every_fact_has_a_line_and_unknown_ones_are_refused():
+    lines = kit.gpu_record.lines()
+    assert len(lines) == len(kit.gpu_record.KEYS) and all(line.strip() for line in lines)
+    with pytest.raises(ValueError, match=r"gpu_record.lines: unknown fact 'nope'; choose from first_op_default"):
+        kit.gpu_record.lines("nope")
+
+
+def test_record_says_what_notebook_01_says():
+    """6.2: the first op takes most of the card; device_lib and growth only a CUDA context. 6.1: a plain fit
+    uses GPU:0 only. 6.3: a late CUDA_VISIBLE_DEVICES change does nothing. 6.5: growth dropped after a split."""
+    total = FACTS["first_op_default"]["after"][0][1]
+    assert FACTS["first_op_default"]["after"][0][0] > 0.9 * total
+    assert FACTS["device_lib_listing"]["after"][0][0] < 0.01 * total
+    assert FACTS["first_op_growth"]["after"][0][0] < 0.01 * total
+    first, *others = FACTS["plain_fit_peaks_split"]["peaks"]
+    assert first > 0 and others == [0, 0, 0]
+    assert all(p > 0 for p in FACTS["mirrored_fit_peaks_split"]["peaks"])
+    late = FACTS["late_cuda_visible_devices"]
+    assert late["first"] == late["later"] == ["/device:GPU:0"] and late["op_device"].endswith("GPU:0")
+    assert FACTS["early_cuda_visible_devices"]["gpus"] == []
+    assert "virtual devices configured" in FACTS["growth_after_split"]["error"]
+    grown = FACTS["growth_before_split"]
+    assert grown["says_growth"] is True and grown["after"][0][0] > FACTS["first_op_growth"]["after"][0][0] + 900
+
+
+def test_record_says_what_notebooks_02_03_05_say():
+    assert "NCCL: invalid usage" in FACTS["nccl_on_logical_gpus"]["error"]
+    assert FACTS["hierarchical_copy_on_logical_gpus"]["error"] is None
+    assert FACTS["determinism_same"] is True
+    assert FACTS["activity_split"]["computed"] == [f"/device:GPU:{i}" for i in range(4)]
+    rows = {tuple(line.split()[:3]): line for line in FACTS["bn_matrix"]["rows"][2:]}
+    assert not any(" crash " in line for line in FACTS["bn_matrix"]["rows"])            # nothing crashed
+    assert " loud NaN " in rows[("conv", "scale=True", "last")]
+    assert " healthy " in rows[("conv", "no", "BN")] and " healthy " in rows[("conv", "synchronized", "last")]
+    idle = [int(line.split("measured idle ")[1].split("%")[0]) for line in FACTS["pipeline_idle"]["lines"]]
+    assert min(idle) >= 90
+
+
+def test_docs_gpu_report_is_the_same_run():
+    report = json.loads((ROOT / "docs" / "gpu-report.json").read_text())
+    for key in ("first_op_default", "device_lib_listing", "nccl_on_logical_gpus", "oom_tensor"):
+        assert report["facts"][key]["after" if "after" in report["facts"][key] else "error"][:1] == \
+            FACTS[key]["after" if "after" in FACTS[key] else "error"][:1]
+    assert report["machine"]["details"][0]["device_name"] == "NVIDIA H100 80GB HBM3"
+    doc = (ROOT / "docs" / "gpu.md").read_text()
+    assert "NVIDIA H100 80GB HBM3" in doc and "2026-11-22" in doc and "make gpu-check" in doc
+    for row in report["notebooks"]:
+        assert row["notebook"] in doc
+
+
+def test_gpu_check_refuses_without_a_gpu(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gpu_check.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, timeout=120)
+    assert proc.returncode == 2 and "nvidia-smi finds no GPU here" in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_gpu_check_compares_outputs_after_sanitizing():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gpu_check
+    sanitizers = gpu_check._sanitizers()
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [
+        {"output_type": "stream", "name": "stdout", "text": "at 0x7f00deadbeef TensorFlow 2.21.0\n"},
+        {"output_type": "error", "ename": "ValueError", "evalue": "boom"}]}
+    assert gpu_check._outputs_text(cell, sanitizers) == "[stdout] at 0xADDRESS TensorFlow X.Y.Z\n\nValueError: boom"
+    assert not gpu_check._compared({"cell_type": "code", "metadata": {"tags": ["nbval-ignore-output"]}})
+    table = gpu_check.notebook_table({"notebooks": [{"notebook": "00_x.ipynb", "ran": True, "seconds": 3.2,
+                                                     "gpu_peak_mib": [1550], "compared_cells": 9,
+                                                     "differences": [{}], "stderr_cells": []}]})
+    assert "| 00_x.ipynb | yes | 3 s | 1,550 MiB | 1 of 9 | 0 |" in table
