@@ -337,9 +337,12 @@ FACTS: dict[str, tuple[str, dict]] = {
 }
 
 
-#: Facts that read the GPU's total memory use run alone; the others run side by side.
+#: Facts that read the GPU's total memory, or start TensorFlow with its default memory settings (which takes
+#: nearly the whole GPU: in the first recorded run a late_cuda_visible_devices beside plain_fit_peaks_split
+#: made the latter fail with "cudaSetDevice() on GPU:0 failed. Status: out of memory"), run alone, one after
+#: another; the others run side by side.
 ALONE = ("first_op_default", "device_lib_listing", "first_op_growth", "kit_setup_memory", "kit_setup_one_gpu",
-         "growth_before_split")
+         "growth_before_split", "late_cuda_visible_devices", "growth_after_init")
 
 
 def _fact(name: str) -> dict:
