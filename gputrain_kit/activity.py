@@ -304,23 +304,26 @@ def _host_intervals(plane: Any, nodes: dict[str, str | None], t0_ps: int, functi
     return intervals, inputs, unattributed
 
 
-def _gpu_intervals(space: Any, devices: Sequence[str], t0_ps: int):
-    intervals = []
+def _stream_kernels(space: Any, t0_ps: int):
+    """(GPU plane's device name, stream line's name, the kernel's op, start s, end s) of every kernel on a
+    physical GPU's streams, in the trace's time (seconds from ``t0_ps``)."""
     for plane in space.planes:
-        m = re.fullmatch(r"/device:GPU:(\d+)", plane.name)
-        if not m:
+        if not re.fullmatch(r"/device:GPU:\d+", plane.name):
             continue
-        device = f"/device:GPU:{m.group(1)}"
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         for line in plane.lines:
             if not line.name.lower().startswith("stream"):
                 continue
             base = line.timestamp_ns * 1000 - t0_ps
             for event in line.events:
-                op = _kernel_op(plane, event, stat_names)
                 start = (base + event.offset_ps) / 1e12
-                intervals.append((device, start, start + event.duration_ps / 1e12, op, ""))
-    return [i for i in intervals if i[0] in devices]
+                yield plane.name, line.name, _kernel_op(plane, event, stat_names), start, start + event.duration_ps / 1e12
+
+
+def _gpu_intervals(space: Any, devices: Sequence[str], t0_ps: int):
+    """Whole GPUs: each plane is one device."""
+    return [(device, start, end, op, "") for device, _, op, start, end in _stream_kernels(space, t0_ps)
+            if device in devices]
 
 
 def _kernel_op(plane: Any, event: Any, stat_names: dict[int, str]) -> str:
@@ -345,27 +348,17 @@ def _logical_gpu_intervals(space: Any, nodes: dict[str, str | None], devices: Se
         if "/" in node:
             stripped.setdefault(node.split("/", 1)[1], set()).add(device)
     intervals, unattributed, seen = [], 0.0, []
-    for plane in space.planes:
-        if not re.fullmatch(r"/device:GPU:\d+", plane.name):
-            continue
-        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
-        for line in plane.lines:
-            if not line.name.lower().startswith("stream"):
-                continue
-            base = line.timestamp_ns * 1000 - t0_ps
-            for event in line.events:
-                op = _kernel_op(plane, event, stat_names)
-                if diagnostics is not None and len(seen) < 40:
-                    seen.append([line.name, op])
-                node = op.rsplit(":", 1)[0]
-                device = nodes.get(node)
-                if device is None and len(stripped.get(node, ())) == 1:
-                    device = next(iter(stripped[node]))
-                start = (base + event.offset_ps) / 1e12
-                if device in devices:
-                    intervals.append((device, start, start + event.duration_ps / 1e12, op, ""))
-                else:
-                    unattributed += event.duration_ps / 1e12
+    for _, line_name, op, start, end in _stream_kernels(space, t0_ps):
+        if diagnostics is not None and len(seen) < 40:
+            seen.append([line_name, op])
+        node = op.rsplit(":", 1)[0]
+        device = nodes.get(node)
+        if device is None and len(stripped.get(node, ())) == 1:
+            device = next(iter(stripped[node]))
+        if device in devices:
+            intervals.append((device, start, end, op, ""))
+        else:
+            unattributed += end - start
     if diagnostics is not None:
         diagnostics.update(kernels=seen, nodes=list(nodes)[:40], planes=[p.name for p in space.planes],
                            attributed=len(intervals), unattributed_s=unattributed)

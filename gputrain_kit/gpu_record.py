@@ -38,7 +38,7 @@ def _error(values: dict) -> str:
     if not text:
         return "no error"
     explained = values.get("explained")
-    return error_summary(text, limit=130) + (f"  [kit.explain: {explained['key']}]" if explained else "")
+    return error_summary(text, limit=220) + (f"  [kit.explain: {explained['key']}]" if explained else "")
 
 
 _LINES = {

@@ -311,3 +311,6 @@ def test_kernels_on_logical_gpus_go_to_the_device_their_op_ran_on():
     assert missed == pytest.approx(2 * 5e-7)
     assert intervals[0][1] == pytest.approx(1e-6) and intervals[0][2] - intervals[0][1] == pytest.approx(5e-7)
     assert diagnostics["attributed"] == 2 and len(diagnostics["kernels"]) == 4
+    from gputrain_kit.activity import _gpu_intervals                   # whole GPUs: the plane is the device
+    assert [op for _, _, _, op, _ in _gpu_intervals(space, ["/device:GPU:0"], 0)] == ops
+    assert _gpu_intervals(space, ["/device:GPU:1"], 0) == []
