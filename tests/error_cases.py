@@ -145,8 +145,8 @@ def render(results: list[dict[str, str]]) -> str:
     import gputrain_kit as kit
     from gputrain_kit import explainer
     lines += ["", "## `explain`: TensorFlow's errors in plain words", "",
-              "Each is made for real in `tests/test_explain.py` (the GPU-only ones from NCCL's and TensorFlow's "
-              "documented messages).", "", "| key | matched on | explanation |", "|---|---|---|"]
+              "Each is made for real in `tests/test_explain.py`; the GPU-only ones from NCCL's and TensorFlow's "
+              "documented messages and from the real errors of an H100 run (`kit.gpu_record`, docs/gpu.md).", "", "| key | matched on | explanation |", "|---|---|---|"]
     for entry in explainer._ENTRIES:
         patterns = " or ".join(f"`` {p} ``" for p in entry.patterns).replace("|", "\\|")
         text = " ".join(str(entry.explanation).split()).replace("|", "/")     # str() wraps lines
