@@ -7,6 +7,7 @@ themselves are tested live by the @pytest.mark.gpu tests on a GPU machine.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -94,3 +95,22 @@ def test_gpu_check_compares_outputs_after_sanitizing():
                                                      "gpu_peak_mib": [1550], "compared_cells": 9,
                                                      "differences": [{}], "stderr_cells": []}]})
     assert "| 00_x.ipynb | yes | 3 s | 1,550 MiB | 1 of 9 | 0 |" in table
+
+
+def test_gpu_check_runs_a_notebook_through_perf_and_names_the_failing_cell(tmp_path, monkeypatch):
+    """gpu_check executes notebooks with perf.run_notebook (GPUs visible, its sampler watching the kernel);
+    a failing cell is reported by index with its own error, and CUDA_VISIBLE_DEVICES is restored."""
+    import nbformat
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gpu_check
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('hi')"),
+                                         nbformat.v4.new_code_cell("raise ValueError('boom')")])
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    row, executed = gpu_check.run_notebook_on_gpu(path, timeout=120)
+    assert row["ran"] is False and row["error"] == "cell 1: ValueError: boom"
+    assert executed.cells[0].outputs[0]["text"] == "hi\n" and row["seconds"] > 0
+    assert row["gpu_peak_mib"] == [] and row["compared_cells"] == 2
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""

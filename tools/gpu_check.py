@@ -403,32 +403,24 @@ def _compared(cell) -> bool:
 
 
 def run_notebook_on_gpu(path: Path, timeout: float = 600) -> tuple[dict, object]:
-    """Execute ``path`` with the GPUs visible; its time, GPU peak, failing cell, and output differences."""
+    """Execute ``path`` with the GPUs visible (perf.run_notebook, as `make bench` does, sampling the kernel's
+    GPU memory); its time, GPU peak, failing cell, and output differences."""
     import nbformat
-    from nbclient import NotebookClient
+    from perf import run_notebook
+
+    samplers: list[GpuMemorySampler] = []
+
+    def watch(pid: int | None) -> GpuMemorySampler:
+        samplers.append(GpuMemorySampler((lambda: _family(pid)) if pid else None))
+        return samplers[-1]
 
     stored = nbformat.read(path, as_version=4)
-    nb = nbformat.read(path, as_version=4)
-    env_before = os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
-    error, sanitizers = None, _sanitizers()
-    start = time.monotonic()
-    with client.setup_kernel():
-        from perf import kernel_pid
-        pid = kernel_pid(client)
-        sampler = GpuMemorySampler((lambda: _family(pid)) if pid else None)
-        sampler.__enter__()
-        try:
-            for index, cell in enumerate(nb.cells):
-                client.execute_cell(cell, index)
-        except Exception as err:
-            error = f"cell {index}: {type(err).__name__}: {str(err)[-1500:]}"
-        finally:
-            sampler.__exit__(None, None, None)
-    seconds = time.monotonic() - start
-    if env_before is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = env_before
+    run = run_notebook(path, timeout, gpus_visible=True, watch=watch)
+    nb, error = run.notebook, None
+    if run.error:                      # the failing cell's own error output says it best
+        shown = [o for o in nb.cells[run.failed_cell].get("outputs", []) if o.get("output_type") == "error"]
+        error = f"cell {run.failed_cell}: " + (f"{shown[0]['ename']}: {shown[0]['evalue']}" if shown else run.error)
+    sanitizers = _sanitizers()
     differences = []
     for index, (old, new) in enumerate(zip(stored.cells, nb.cells)):
         if not _compared(old):
@@ -439,8 +431,9 @@ def run_notebook_on_gpu(path: Path, timeout: float = 600) -> tuple[dict, object]
             differences.append({"cell": index, "source": first[:100], "stored": a[-1500:], "gpu": b[-1500:]})
     stderr_cells = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
                     and any(o.get("name") == "stderr" for o in c.get("outputs", []))]
-    return ({"notebook": path.name, "ran": error is None, "error": error, "seconds": round(seconds, 1),
-             "gpu_peak_mib": sampler.peak_mib, "compared_cells": sum(_compared(c) for c in stored.cells),
+    return ({"notebook": path.name, "ran": error is None, "error": error, "seconds": round(run.seconds, 1),
+             "gpu_peak_mib": samplers[0].peak_mib if samplers else [],
+             "compared_cells": sum(_compared(c) for c in stored.cells),
              "differences": differences, "stderr_cells": stderr_cells}, nb)
 
 

@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_BUDGET_S = 60.0
@@ -119,6 +120,8 @@ class NotebookRun:
     tree_peak_bytes: int
     error: str | None = None
     cell_seconds: tuple = ()     # (index, seconds, first line of the source) per code cell
+    failed_cell: int | None = None   # the index of the cell that raised, if one did
+    notebook: Any = None         # the executed notebook (nbformat), outputs included
 
     @property
     def within_budget(self) -> bool:
@@ -126,38 +129,55 @@ class NotebookRun:
                 and self.kernel_peak_bytes <= NOTEBOOK_BUDGET_BYTES and self.tree_peak_bytes <= TREE_BUDGET_BYTES)
 
 
-def run_notebook(path: Path, timeout: float = 600) -> NotebookRun:
-    """Execute ``path`` top to bottom in a fresh kernel (GPUs hidden, like the stored outputs)."""
+def run_notebook(path: Path, timeout: float = 600, *, gpus_visible: bool = False,
+                 watch: Callable[[int | None], Any] | None = None) -> NotebookRun:
+    """Execute ``path`` top to bottom in a fresh kernel (GPUs hidden, like the stored outputs).
+
+    ``gpus_visible=True`` runs it with every GPU visible (``make gpu-check``; CUDA_VISIBLE_DEVICES is
+    restored afterwards). ``watch(kernel_pid)``, when given, returns a context manager that is entered
+    while the cells run (``gpu_check`` samples the kernel's GPU memory with it)."""
+    import contextlib
+
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    saved = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if gpus_visible:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     start = time.monotonic()
-    error = None
+    error, failed = None, None
     sampler = None
     cells: list[tuple[int, float, str]] = []
-    with client.setup_kernel():
-        pid = kernel_pid(client)
-        sampler = TreeSampler(pid) if pid else None
-        if sampler:
-            sampler.__enter__()
-        try:
-            for index, cell in enumerate(nb.cells):
-                began = time.monotonic()
-                client.execute_cell(cell, index)
-                if cell.cell_type == "code":
-                    first = next((line for line in cell.source.splitlines() if line.strip()), "")
-                    cells.append((index, time.monotonic() - began, first[:70]))
-        except Exception as err:  # a failing notebook is reported, not hidden
-            error = f"{type(err).__name__}: {str(err)[:300]}"
-        finally:
-            seconds = time.monotonic() - start     # kernel start to last cell, as nbval_budget measures
+    try:
+        with client.setup_kernel(), contextlib.ExitStack() as watching:
+            pid = kernel_pid(client)
+            if watch is not None:
+                watching.enter_context(watch(pid))
+            sampler = TreeSampler(pid) if pid else None
             if sampler:
-                sampler.__exit__(None, None, None)
+                sampler.__enter__()
+            try:
+                for index, cell in enumerate(nb.cells):
+                    began = time.monotonic()
+                    client.execute_cell(cell, index)
+                    if cell.cell_type == "code":
+                        first = next((line for line in cell.source.splitlines() if line.strip()), "")
+                        cells.append((index, time.monotonic() - began, first[:70]))
+            except Exception as err:  # a failing notebook is reported, not hidden
+                error, failed = f"{type(err).__name__}: {str(err)[:300]}", index
+            finally:
+                seconds = time.monotonic() - start     # kernel start to last cell, as nbval_budget measures
+                if sampler:
+                    sampler.__exit__(None, None, None)
+    finally:
+        if gpus_visible and saved is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = saved
     return NotebookRun(path.stem, seconds, sampler.kernel_peak if sampler else 0,
-                       sampler.peak if sampler else 0, error, tuple(cells))
+                       sampler.peak if sampler else 0, error, tuple(cells), failed, nb)
 
 
 def measure_floor(timeout: float = 300) -> float:
