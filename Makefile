@@ -29,8 +29,15 @@ lab: $(STAMP)
 # run, so notebooks are executed and compared with GPUs hidden, on any machine.
 test: unit nbval
 
+# Independent test files run on $(UNIT_WORKERS) processes (pytest-xdist; a file's tests stay together, sharing
+# their module's fixtures); then the tests marked `timing` (a widget's update time, shares of busy time) run
+# alone, where nothing else competes for the cores. Both parts always run; either failing fails `make unit`.
+UNIT_WORKERS ?= 2
 unit: $(STAMP)
-	$(PY) -m pytest tests
+	@status=0; \
+	$(PY) -m pytest tests -n $(UNIT_WORKERS) --dist loadfile -m "not timing" $(UNIT_ARGS) || status=$$?; \
+	$(PY) -m pytest tests -p no:xdist -m timing $(UNIT_ARGS) || status=$$?; \
+	exit $$status
 
 nbval: $(STAMP)
 	CUDA_VISIBLE_DEVICES= PYTHONPATH=tests $(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider -p nbval_budget notebooks

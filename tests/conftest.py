@@ -43,6 +43,9 @@ def nvidia_smi_gpus() -> int:
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a real NVIDIA GPU (nvidia-smi, CUDA_VISIBLE_DEVICES unset); "
                             "skipped elsewhere, run by `make gpu-check` on a GPU machine")
+    config.addinivalue_line("markers", "timing: asserts a wall-clock bound or a share of busy time, which other "
+                            "tests running beside it would distort; `make unit` runs these alone, after the rest "
+                            "has run on parallel processes")
 
 
 def pytest_collection_modifyitems(config, items):

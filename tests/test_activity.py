@@ -8,6 +8,9 @@ import pytest
 
 from conftest import last_json, run_python
 
+# Shares of busy time on simulated devices depend on the CPU cores being free: run alone (`make unit`).
+pytestmark = pytest.mark.timing
+
 CHILD = """
     import glob, json, os, tempfile, numpy as np, gputrain_kit as kit
     kit.setup(devices=4)
@@ -202,7 +205,9 @@ def test_without_a_strategy_device_0_does_the_work(result):
 @pytest.mark.parametrize("name", ["mirrored collective", "mirrored to one device"])
 def test_under_mirrored_strategy_every_device_works(result, name):
     run = result[name]
-    assert all(run["shares"][d] >= 0.10 for d in result["devices"]), run["shares"]
+    # Four simulated devices take turns on 2 cores: one device's share of the busy time has been as low
+    # as 9% (0.25 each if the cores were fair). Without a strategy devices 1-3 get none (the test above).
+    assert all(run["shares"][d] >= 0.05 for d in result["devices"]), run["shares"]
     assert run["computed"] == result["devices"]
 
 

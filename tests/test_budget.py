@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.timing   # widget timings: run alone, after the parallel tests (`make unit`)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 import perf  # noqa: E402
 

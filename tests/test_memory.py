@@ -230,6 +230,7 @@ def test_bad_arguments(kwargs, fragment):
         preset_profile("GPT-5")
 
 
+@pytest.mark.timing      # a wall-clock bound: run alone, after the parallel tests (`make unit`)
 def test_memory_explorer_headless():
     e = MemoryExplorer(preset="Dense stack 24 x 8192 (1.6B parameters)", batch=32, devices=4, strategy="data")
     assert "OUT OF MEMORY" in e.summary.value and "model state" in e.summary.value

@@ -169,6 +169,7 @@ def test_remat_scope_fails_on_tensorflow_and_rematerialize_gives_the_same_gradie
     assert out["loss"][0] >= 0
 
 
+@pytest.mark.timing      # a wall-clock bound: run alone, after the parallel tests (`make unit`)
 def test_start_measuring_runs_in_the_background_and_checks_first():
     import time
 
@@ -283,6 +284,7 @@ def test_mixed_precision_keeps_float32_variables_on_other_layers():
     assert len(own) == 4 and all(len(v.shape) == 0 for v in own)
 
 
+@pytest.mark.timing      # a wall-clock bound: run alone, after the parallel tests (`make unit`)
 def test_memory_explorer_levers_headless():
     import time
 

@@ -261,6 +261,7 @@ def test_multi_output_and_callbacks_under_the_strategy():
     assert out["events"] > 0 and out["outputs"] == ["digit", "parity"]
 
 
+@pytest.mark.timing      # a wall-clock bound: run alone, after the parallel tests (`make unit`)
 def test_scaling_explorer_headless():
     proc = run_python("""
         import json, time, gputrain_kit as kit

@@ -82,6 +82,7 @@ def test_model_properties():
         predict_curve("VGG-16", "carrier pigeon", 64, 4)
 
 
+@pytest.mark.timing      # a wall-clock bound: run alone, after the parallel tests (`make unit`)
 def test_explorer_headless():
     e = ScalingModelExplorer(gpus=8)
     assert "8 GPU(s)" in e.summary.value and len(e.predictions) == 8

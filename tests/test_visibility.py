@@ -106,6 +106,7 @@ def test_html_table_marks_every_physical_gpu():
     assert "Ignored entries" in parse("0,x", 8).to_html()
 
 
+@pytest.mark.timing      # a wall-clock bound: run alone, after the parallel tests (`make unit`)
 def test_widget_updates_headless_and_fast():
     box = visibility_explorer(n_gpus=8, value="2,0")
     assert "2 of 8" in box.table.value

@@ -23,14 +23,16 @@ COURSE_RATIO_GOAL = 36.0
 
 def unit_test_groups() -> tuple[dict[str, float], float]:
     """Seconds per test file (setup, call and teardown summed, from pytest --durations=0) and the wall
-    time of the whole unit run, as `make unit` runs it."""
+    time of the whole unit run, run as `make unit` runs it (files on parallel processes, then the
+    `timing` tests alone), so a file's seconds include the other process's load."""
     import re
     import subprocess
     import time
 
     began = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider",
-                           "--durations=0", "--durations-min=0"], cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run(["make", "--no-print-directory", "unit",
+                           "UNIT_ARGS=-q -p no:cacheprovider --durations=0 --durations-min=0"],
+                          cwd=ROOT, capture_output=True, text=True)
     wall = time.monotonic() - began
     groups: dict[str, float] = {}
     for line in proc.stdout.splitlines():
@@ -137,7 +139,9 @@ def main(argv: list[str]) -> int:
     if with_unit:
         groups, wall = unit_test_groups()
         lines += ["", "## Unit tests", "",
-                  f"`make unit` took {wall / 60:.1f} minutes. Seconds per test file (setup, call and teardown):", "",
+                  f"`make unit` took {wall / 60:.1f} minutes: the test files on parallel processes, then the tests "
+                  "marked `timing` alone. Seconds per test file (setup, call and teardown; a file that ran beside "
+                  "another shared the cores with it):", "",
                   "| test file | time |", "|---|---|"]
         lines += [f"| {name} | {seconds:.1f} s |" for name, seconds in groups.items()]
     lines.append("")
