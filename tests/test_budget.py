@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timing   # widget timings: run alone, after the parallel tests (`make unit`)
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 import perf  # noqa: E402
 
@@ -19,6 +17,7 @@ def timings():
     return perf.measure_widgets(changes=20)
 
 
+@pytest.mark.timing      # widget timings: run alone, after the parallel tests (`make unit`)
 def test_every_explorer_is_measured(timings):
     names = " ".join(timings["widgets"])
     for widget in ("visibility explorer", "ScalingExplorer", "MemoryExplorer", "SplitExplorer",
@@ -27,12 +26,14 @@ def test_every_explorer_is_measured(timings):
     assert all(t["changes"] == 20 for t in timings["widgets"].values())
 
 
+@pytest.mark.timing      # widget timings: run alone, after the parallel tests (`make unit`)
 def test_widget_updates_are_under_half_a_second(timings):
     slow = {name: round(t["median_s"], 3) for name, t in timings["widgets"].items()
             if t["median_s"] >= perf.WIDGET_BUDGET_S}
     assert not slow, f"median update over {perf.WIDGET_BUDGET_S} s: {slow}"
 
 
+@pytest.mark.timing      # widget timings: run alone, after the parallel tests (`make unit`)
 def test_training_run_shows_progress(timings):
     run = timings["runs"]["ScalingExplorer (02): Run trains 3 epochs"]
     assert run["progress_updates"] == [1, 2, 3], "the progress bar must move once per epoch"

@@ -17,8 +17,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from perf import (FLOOR_CELLS, FLOOR_RATIO_ENFORCED, FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT, NOTEBOOK_BUDGET_BYTES,  # noqa: E402
                   NOTEBOOK_BUDGET_S, ROOT, TREE_BUDGET_BYTES, WIDGET_BUDGET_S, machine, measure_floor,
                   measure_widgets, run_notebook)
+from slow_cells import reason  # noqa: E402
 
 COURSE_RATIO_GOAL = 36.0
+SLOW_CELL_S = 2.0          # every cell slower than this is listed with why it takes that long
 
 
 def unit_test_groups() -> tuple[dict[str, float], float]:
@@ -109,9 +111,16 @@ def main(argv: list[str]) -> int:
     lines += [f"| **all notebooks** | {total:.1f} s | {total / floor:.1f} (goal {COURSE_RATIO_GOAL:g}) | | | "
               f"{'yes' if total <= COURSE_RATIO_GOAL * floor else 'NO'} |", "",
               "The five slowest cells of the course:", "", "| notebook | cell | time | first line |", "|---|---|---|---|"]
-    slowest = sorted(((run.name, *cell) for run in runs for cell in run.cell_seconds), key=lambda c: -c[2])[:5]
-    for name, index, seconds, first in slowest:
+    cells = sorted(((run.name, *cell) for run in runs for cell in run.cell_seconds), key=lambda c: -c[2])
+    for name, index, seconds, first in cells[:5]:
         lines.append(f"| {name} | {index} | {seconds:.1f} s | `{first.replace('|', '/')}` |")
+    slow = sorted((c for c in cells if c[2] >= SLOW_CELL_S), key=lambda c: (c[0], c[1]))
+    lines += ["", f"Every cell over {SLOW_CELL_S:g} s, and why it takes that long (tools/slow_cells.py; the "
+              "setup cell's cost is the floor's own):", "",
+              "| notebook | cell | time | first line | why |", "|---|---|---|---|---|"]
+    for name, index, seconds, first in slow:
+        why = reason(name, first) or "**no reason recorded**"
+        lines.append(f"| {name} | {index} | {seconds:.1f} s | `{first[:60].replace('|', '/')}` | {why} |")
     lines += [
         "",
         f"Wall times on this {info['cores']}-core machine vary from run to run (on the 2-core machine the course",

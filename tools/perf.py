@@ -31,8 +31,9 @@ TREE_BUDGET_BYTES = 2_000_000_000         # the kernel with its child processes:
 WIDGET_BUDGET_S = 0.5
 # Notebooks against the floor: a fresh kernel that imports the kit, runs setup(devices=4) and one
 # TensorFlow op. The goal is 5x per notebook. FLOOR_RATIO_LIMIT (8x, a margin for a noisy machine) is
-# what strict nbval will enforce; until every notebook is within it (issue 21: 02, 05 and 07 are at
-# 11-15x), nbval prints the ratios and enforces the limit only when GPUTRAIN_FLOOR_RATIO_LIMIT is set.
+# what strict nbval will enforce; until every notebook is within it (issue 21: 02, 04, 05 and 07 are at
+# 8-14x, docs/performance.md), nbval prints the ratios and enforces the limit only when
+# GPUTRAIN_FLOOR_RATIO_LIMIT is set.
 FLOOR_RATIO_GOAL = 5.0
 FLOOR_RATIO_LIMIT = 8.0
 FLOOR_RATIO_ENFORCED = False

@@ -1,0 +1,35 @@
+"""tools/slow_cells.py: every recorded reason belongs to a cell that exists, so `make bench` never shows a
+stale reason or hides a slow cell behind one."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import slow_cells  # noqa: E402
+
+
+def first_lines() -> dict[str, list[str]]:
+    found = {}
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        found[path.stem] = ["".join(c["source"]).splitlines()[0] for c in cells
+                            if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+    return found
+
+
+def test_every_reason_names_exactly_one_code_cell():
+    lines = first_lines()
+    for (number, start), why in slow_cells.REASONS.items():
+        notebook = next(name for name in lines if name.startswith(number))
+        matches = [line for line in lines[notebook] if line.startswith(start)]
+        assert len(matches) == 1, f"{notebook}: {start!r} matches {len(matches)} code cells"
+        assert slow_cells.reason(notebook, matches[0]) == why
+
+
+def test_setup_cells_and_unknown_cells():
+    assert "floor" in slow_cells.reason("03_device_parallel", "import gputrain_kit as kit")
+    assert slow_cells.reason("03_device_parallel", "print('no such cell')") is None
+    assert slow_cells.reason("09_not_a_notebook", "callbacks = [") is None

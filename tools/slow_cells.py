@@ -1,0 +1,80 @@
+"""Why each slow cell of the course takes the time it does (`make bench` prints these next to the times).
+
+A cell is listed by its notebook's number and the start of its first line. Each reason says what the
+cell computes, and why its claim needs that much: the model, epochs and data are already the smallest
+that show what the prose says. A cell over 2 s without a reason here is shown as "no reason recorded":
+add one, or make the cell cheaper.
+"""
+from __future__ import annotations
+
+SETUP = ("`kit.setup()`: imports TensorFlow and Keras and splits the CPU into devices; the floor's own cost, "
+         "paid once per notebook")
+
+REASONS: dict[tuple[str, str], str] = {
+    ("00", "import subprocess, sys"): "`gputrain_kit doctor --quick` in a new process, as a learner runs it: it "
+                                      "imports TensorFlow there",
+    ("01", "strategy = tf.distribute.MirroredStrategy"): "the first fit under MirroredStrategy on 4 devices: the "
+        "training and validation steps are traced once per replica; 2 epochs, as the plain model before it",
+    ("01", "for probe in kit.counting.probe_locks():"): "4 new processes (2 at a time), each importing "
+        "TensorFlow: whether a call locks the device configuration shows only first thing in a process",
+    ("02", "model.fit(x_train, y_train, batch_size=global_batch"): "2 epochs on 4 replicas, then the copies "
+        "compared: tracing the step for 4 replicas is most of it",
+    ("02", "from gputrain_kit.parallel import reduction_in_use"): "4 strategies, each a new model traced and "
+        "trained one epoch on 256 samples: the claim is that each reduction trains (or fails) here",
+    ("02", "child = kit.processes.run_child("): "a new process (TensorFlow imported there) with two strategies "
+        "of different sizes: the collision aborts every collective in a process, so not in this kernel",
+    ("02", "def one_step(cross_device_ops):"): "two new 2-device models, each traced and then profiled for one "
+        "step, for the two timelines",
+    ("02", "for replicas in (1, 4):"): "throughput of 2 epochs on 1 and on 4 replicas: the 2018 post's first "
+        "conclusion, measured",
+    ("02", "for batch in (32, 512):"): "5 epochs at batch 32 (225 steps) and at 512: the accuracy gap needs "
+        "the same epochs for both",
+    ("02", "callbacks = ["): "a two-output model with four callbacks under 4 replicas; EarlyStopping ends it "
+        "after 3 epochs, the fewest that show both ReduceLROnPlateau and EarlyStopping acting",
+    ("03", "branch_1, branch_2, merge"): "5 epochs with validation on three devices: the accuracy shows the "
+        "placed model trains",
+    ("03", "from gputrain_kit.memory import measure_training_step"): "3 models' training steps measured "
+        "with TensorFlow's allocator, the largest at batch 8192: the estimate's error needs a real step",
+    ("04", "four = kit.training.strategy_for(4)"): "3 epochs on 4 replicas, the model saved, loaded twice "
+        "and trained 2 more epochs on 2 replicas: each load traces new steps",
+    ("04", "x_check, y_check = x_val[:256], y_val[:256]"): "3 epochs on 4 replicas with validation, ModelCheckpoint "
+        "saving each better epoch, the best reloaded and evaluated: the stock callback's claim needs a few "
+        "epochs to choose from",
+    ("04", "deep = keras.Sequential("): "a 600-layer model saved to .h5: the configuration must exceed "
+        "HDF5's 64 KB attribute limit for the claim",
+    ("05", "model, history = train(None"): "the trap itself: one epoch on 4 replicas, first trace of the step",
+    ("05", "def summarize(m):"): "the drop_remainder fix trained (one epoch, 4 replicas), its replica copies "
+        "read and its predictions made under the strategy",
+    ("05", 'trained = {None: model, "drop_remainder": drifted}'): "the repeat and pad fixes trained (one epoch "
+        "each, 4 replicas, the seed of the trap) and all 4 models' predictions made under the strategy; the "
+        "trap and drop_remainder are reused from above",
+    ("05", "matrix = pending.result()"): "waits for the 8 BatchNorm cases started in section 1 (2 epochs each, "
+        "forked from one process that imported TensorFlow once): 2 epochs show the loss turning NaN in epoch 2",
+    ("06", "from gputrain_kit.lrscaling import batch_sweep"): "4 trainings of 10 epochs (batches 32 to 1024) "
+        "on one device: 10 epochs is where the large batches' accuracy gap is clear",
+    ("06", "scaled = batch_sweep("): "8 more trainings of 10 epochs, with the scaled rate with and without "
+        "warm-up",
+    ("07", "run = kit.launch_local_workers(train_worker"): "2 worker processes, each importing TensorFlow and "
+        "joining the cluster, 30 steps",
+    ("07", "import os"): "2 workers with tf-keras (TF_USE_LEGACY_KERAS must be set before TensorFlow is "
+        "imported, so new processes): Keras 3's failing fit, tf-keras's fit and its relaunch",
+    ("07", "checkpoints = tempfile.mkdtemp("): "2 workers that train until worker 1's simulated crash",
+    ("07", "resumed = kit.launch_local_workers("): "2 new workers that resume from the checkpoint",
+    ("07", 'print("worker 1 dies after one all-reduce'): "2 workers, then worker 0 waits until TensorFlow's "
+        "coordination service misses worker 1's heartbeats: that wait is the claim",
+    ("07", "def interfaces():"): "2 workers in their private network namespace, listing their interfaces",
+    ("08", "measured = pending.result()"): "waits for the memory measurements started in section 1: each "
+        "configuration's training steps measured in a process of its own, forked from one that imported "
+        "TensorFlow once",
+}
+
+
+def reason(notebook: str, first_line: str) -> str | None:
+    """Why a cell of ``notebook`` (a name starting with its two digits) that starts with ``first_line`` is slow."""
+    if first_line.startswith("import gputrain_kit as kit"):
+        return SETUP
+    number = notebook[:2]
+    for (nb, start), why in REASONS.items():
+        if nb == number and first_line.startswith(start):
+            return why
+    return None
