@@ -48,6 +48,10 @@ REASONS: dict[tuple[str, str], str] = {
     ("05", 'trained = {None: model, "drop_remainder": drifted}'): "the repeat and pad fixes trained (one epoch "
         "each, 4 replicas, the seed of the trap) and all 4 models' predictions made under the strategy; the "
         "trap and drop_remainder are reused from above",
+    ("05", "def moving_copies(m):"): "evaluate and predict on the drifted model under the strategy, every "
+        "replica's copy of the statistics read before and after: the claim needs both calls",
+    ("05", "with kit.expect_error(kit.ReplicaHealthError"): "a new model on the trap under ReplicaHealth, which "
+        "stops it at the end of the first epoch: the step traced again for 4 replicas",
     ("05", "matrix = pending.result()"): "waits for the 8 BatchNorm cases started in section 1 (2 epochs each, "
         "forked from one process that imported TensorFlow once): 2 epochs show the loss turning NaN in epoch 2",
     ("06", "from gputrain_kit.lrscaling import batch_sweep"): "4 trainings of 10 epochs (batches 32 to 1024) "
