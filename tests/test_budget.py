@@ -78,7 +78,7 @@ def test_nbval_budget_plugin_fails_a_notebook_over_its_time(tmp_path):
 
     def nbval(budget_s: str, ratio: str = "1000") -> subprocess.CompletedProcess:
         env = dict(os.environ, PYTHONPATH=str(tests), GPUTRAIN_NOTEBOOK_BUDGET_S=budget_s,
-                   GPUTRAIN_FLOOR_RATIO_LIMIT=ratio)
+                   GPUTRAIN_FLOOR_RATIO_LIMIT=ratio, GPUTRAIN_FLOOR_RUNS="1")
         return subprocess.run([sys.executable, "-m", "pytest", "--nbval", "--nbval-current-env", "-p", "nbval_budget",
                                "-p", "no:cacheprovider", "-q", str(path)], capture_output=True, text=True,
                                env=env, cwd=tmp_path, timeout=180)
@@ -94,3 +94,20 @@ def test_nbval_budget_plugin_fails_a_notebook_over_its_time(tmp_path):
     # Against the floor: a 2-second sleep is well over 0.01 times a kernel start with TensorFlow.
     over = nbval("60", ratio="0.01")
     assert over.returncode == 1 and "times the floor" in over.stdout, over.stdout[-2000:]
+
+
+def test_floor_ratio_is_enforced_except_for_the_named_notebooks(monkeypatch):
+    """Over 8x the floor fails a notebook; the exempt ones (not within it yet) only when a limit is asked for."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
+    import nbval_budget
+
+    assert perf.FLOOR_RATIO_ENFORCED and perf.FLOOR_RATIO_LIMIT == 8.0
+    exempt = next(iter(perf.FLOOR_RATIO_EXEMPT))
+    assert exempt.endswith(".ipynb") and (perf.ROOT / "notebooks" / exempt).exists()
+    check = nbval_budget.floor_ratio_problem
+    assert "9.0 times the floor" in check("00_start_here.ipynb", 27.0, 3.0, enforced=True, asked=False, limit=8)
+    assert check("00_start_here.ipynb", 23.0, 3.0, enforced=True, asked=False, limit=8) is None
+    assert check(exempt, 27.0, 3.0, enforced=True, asked=False, limit=8) is None
+    assert "limit 8x" in check(exempt, 27.0, 3.0, enforced=True, asked=True, limit=8)
+    assert check("00_start_here.ipynb", 27.0, 3.0, enforced=False, asked=False, limit=8) is None
+    assert check("00_start_here.ipynb", 27.0, None, enforced=True, asked=False, limit=8) is None

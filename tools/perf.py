@@ -30,13 +30,19 @@ NOTEBOOK_BUDGET_BYTES = 1_500_000_000     # the kernel: 1.5 GB (decimal), as the
 TREE_BUDGET_BYTES = 2_000_000_000         # the kernel with its child processes: Binder's 2 GB container
 WIDGET_BUDGET_S = 0.5
 # Notebooks against the floor: a fresh kernel that imports the kit, runs setup(devices=4) and one
-# TensorFlow op. The goal is 5x per notebook. FLOOR_RATIO_LIMIT (8x, a margin for a noisy machine) is
-# what strict nbval will enforce; until every notebook is within it (issue 21: 02, 04, 05 and 07 are at
-# 8-14x, docs/performance.md), nbval prints the ratios and enforces the limit only when
-# GPUTRAIN_FLOOR_RATIO_LIMIT is set.
+# TensorFlow op. The goal is 5x per notebook; strict nbval fails a notebook over FLOOR_RATIO_LIMIT (8x, a
+# margin for a noisy machine) on every run, except the notebooks named in FLOOR_RATIO_EXEMPT, which are
+# not within it yet (issue 21; docs/performance.md lists each slow cell and why): their ratio is printed,
+# and GPUTRAIN_FLOOR_RATIO_LIMIT (set to any limit) enforces it for them too.
 FLOOR_RATIO_GOAL = 5.0
 FLOOR_RATIO_LIMIT = 8.0
-FLOOR_RATIO_ENFORCED = False
+FLOOR_RATIO_ENFORCED = True
+FLOOR_RATIO_EXEMPT: dict[str, str] = {
+    "02_data_parallel.ipynb": "about 10x: 4-replica models traced in a dozen cells, a child process",
+    "04_saving_loading.ipynb": "about 8x: models saved, loaded and retrained under 4 and 2 replicas",
+    "05_batchnorm_nan.ipynb": "about 12x: 8 BatchNorm cases in background processes beside 4-replica training",
+    "07_multi_worker.ipynb": "about 13x: 6 clusters of worker processes, one waiting for TensorFlow's heartbeats",
+}
 FLOOR_CELLS = ("import gputrain_kit as kit\n\nreport = kit.setup(devices=4)",
                "import tensorflow as tf\n\nfloat(tf.constant(1.0) + 1.0)")
 
@@ -181,20 +187,25 @@ def run_notebook(path: Path, timeout: float = 600, *, gpus_visible: bool = False
                        sampler.peak if sampler else 0, error, tuple(cells), failed, nb)
 
 
-def measure_floor(timeout: float = 300) -> float:
+def measure_floor(timeout: float = 300, runs: int = 3) -> float:
     """Seconds from kernel start to the last cell for FLOOR_CELLS in a fresh kernel: the cost every
-    notebook pays before its first lesson cell, measured on this machine in this run."""
+    notebook pays before its first lesson cell, measured on this machine in this run. The median of
+    ``runs`` fresh kernels: one kernel start varies by a third from run to run here (3.0 to 4.5 s), and
+    every notebook's ratio is divided by it."""
     import nbformat
 
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in FLOOR_CELLS])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    seconds = []
     with tempfile.TemporaryDirectory(prefix="gputrain-floor-") as folder:
         path = Path(folder) / "floor.ipynb"
         nbformat.write(nb, path)
-        run = run_notebook(path, timeout=timeout)
-    if run.error:
-        raise RuntimeError(f"measure_floor: the floor notebook failed: {run.error}")
-    return run.seconds
+        for _ in range(runs):
+            run = run_notebook(path, timeout=timeout)
+            if run.error:
+                raise RuntimeError(f"measure_floor: the floor notebook failed: {run.error}")
+            seconds.append(run.seconds)
+    return statistics.median(seconds)
 
 
 def kernel_pid(client) -> int | None:
