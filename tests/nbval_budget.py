@@ -23,7 +23,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 from perf import (FLOOR_RATIO_ENFORCED, FLOOR_RATIO_EXEMPT, FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT,  # noqa: E402
-                  NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S, TREE_BUDGET_BYTES, TreeSampler, kernel_pid, measure_floor)
+                  FLOOR_RUNS, NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S, TREE_BUDGET_BYTES, TreeSampler,
+                  kernel_pid, measure_floor)
 
 # Tests of this plugin lower the limits; nothing else sets these.
 NOTEBOOK_BUDGET_S = float(os.environ.get("GPUTRAIN_NOTEBOOK_BUDGET_S", NOTEBOOK_BUDGET_S))
@@ -48,8 +49,8 @@ def pytest_runtest_setup(item):
     key = str(getattr(item.parent, "path", ""))
     first = item.__class__.__name__ == "IPyNbCell" and key not in _state
     if first and "seconds" not in _floor:
-        # once per run, before any notebook's clock starts: the median of 3 kernels (tests of this plugin ask for 1)
-        _floor["runs"] = int(os.environ.get("GPUTRAIN_FLOOR_RUNS", "3"))
+        # once per run, before any notebook's clock starts (tests of this plugin ask for 1 kernel)
+        _floor["runs"] = int(os.environ.get("GPUTRAIN_FLOOR_RUNS", FLOOR_RUNS))
         _floor["seconds"] = measure_floor(runs=_floor["runs"])
     if first:
         _state[key] = {"start": time.monotonic(), "sampler": None}
@@ -62,14 +63,18 @@ def pytest_runtest_setup(item):
             _state[key]["sampler"] = sampler
 
 
+def exempt(name: str, asked: bool | None = None) -> bool:
+    """A notebook not within the limit yet (perf.FLOOR_RATIO_EXEMPT), unless a limit was asked for."""
+    return name in FLOOR_RATIO_EXEMPT and not (ASKED if asked is None else asked)
+
+
 def floor_ratio_problem(name: str, seconds: float, floor: float | None, *, enforced: bool | None = None,
                         asked: bool | None = None, limit: float | None = None) -> str | None:
     """What is wrong with a notebook that took ``seconds`` against the ``floor``, or None: over the limit,
     unless not enforced, or the notebook is exempt (perf.FLOOR_RATIO_EXEMPT) and no limit was asked for."""
     enforced = FLOOR_RATIO_ENFORCED if enforced is None else enforced
-    asked = ASKED if asked is None else asked
     limit = FLOOR_RATIO_LIMIT if limit is None else limit
-    if not floor or not enforced or (name in FLOOR_RATIO_EXEMPT and not asked) or seconds <= limit * floor:
+    if not floor or not enforced or exempt(name, asked) or seconds <= limit * floor:
         return None
     return (f"took {seconds / floor:.1f} times the floor ({seconds:.1f} s vs {floor:.1f} s for a bare "
             f"kernel that imports the kit; limit {limit:g}x, goal {FLOOR_RATIO_GOAL:g}x)")
@@ -132,8 +137,8 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"{'notebook':32} {'wall s':>7} {'x floor':>8} {'kernel GB':>10} "
                                 f"{'with children GB (PSS)':>23}")
     for name, seconds, kernel, tree in _results:
-        exempt = f"  (limit not enforced yet: {FLOOR_RATIO_EXEMPT[name]})" if name in FLOOR_RATIO_EXEMPT and not ASKED else ""
+        why = f"  (limit not enforced yet: {FLOOR_RATIO_EXEMPT[name]})" if exempt(name) else ""
         terminalreporter.write_line(f"{name:32} {seconds:7.1f} {seconds / floor:8.1f} {kernel / 1e9:10.2f} "
-                                    f"{tree / 1e9:23.2f}{exempt}")
+                                    f"{tree / 1e9:23.2f}{why}")
     total = sum(seconds for _, seconds, _, _ in _results)
     terminalreporter.write_line(f"{'all notebooks':32} {total:7.1f} {total / floor:8.1f}")

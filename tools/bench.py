@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf import (FLOOR_CELLS, FLOOR_RATIO_ENFORCED, FLOOR_RATIO_EXEMPT, FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT, NOTEBOOK_BUDGET_BYTES,  # noqa: E402
+from perf import (FLOOR_CELLS, FLOOR_RATIO_ENFORCED, FLOOR_RATIO_EXEMPT, FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT,  # noqa: E402
+                  FLOOR_RUNS, NOTEBOOK_BUDGET_BYTES,
                   NOTEBOOK_BUDGET_S, ROOT, TREE_BUDGET_BYTES, WIDGET_BUDGET_S, machine, measure_floor,
                   measure_widgets, run_notebook)
 from slow_cells import reason  # noqa: E402
@@ -53,7 +54,7 @@ def main(argv: list[str]) -> int:
     notebooks = [Path(a) for a in argv[1:] if a != "--no-unit"] or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     info = machine()
     floor = measure_floor()
-    print(f"floor (fresh kernel, import the kit, setup(devices=4), one op; median of 3): {floor:.1f} s", flush=True)
+    print(f"floor (fresh kernel, import the kit, setup(devices=4), one op; median of {FLOOR_RUNS}): {floor:.1f} s", flush=True)
     runs = []
     for path in notebooks:
         run = run_notebook(path)
@@ -92,7 +93,7 @@ def main(argv: list[str]) -> int:
         "libraries count once, as in a container's memory limit (Binder gives 2 GB), which is why it can be",
         "a little below the kernel's own resident peak.",
         "",
-        f"*x floor*: the wall time over the **floor** measured in the same run ({floor:.1f} s here, the median of 3",
+        f"*x floor*: the wall time over the **floor** measured in the same run ({floor:.1f} s here, the median of {FLOOR_RUNS}",
         "fresh kernels): a fresh kernel that runs `" + "`; `".join(c.replace(chr(10) * 2, "; ") for c in FLOOR_CELLS) + "`. Ratios hold on any",
         f"machine: the goal is {FLOOR_RATIO_GOAL:g}x per notebook and {COURSE_RATIO_GOAL:g}x for the whole course;",
         f"strict nbval prints these ratios; it fails a notebook over {FLOOR_RATIO_LIMIT:g}x "
@@ -147,14 +148,14 @@ def main(argv: list[str]) -> int:
     for name, r in widgets["runs"].items():
         lines.append(f"| {name} | {r['seconds']:.1f} s | epochs {r['progress_updates']}, status "
                      f"\"{r['status_before_training']}\" before training |")
-    if not with_unit and OUT.exists() and "\n## Unit tests\n" in OUT.read_text():
-        kept = OUT.read_text().split("\n## Unit tests\n", 1)[1].strip().splitlines()
+    previous = OUT.read_text() if OUT.exists() else ""
+    if not with_unit and "\n## Unit tests\n" in previous:
         note = "(Kept from the last full `make bench`: this run skipped the unit tests.)"
-        kept = [line for line in kept if line != note]
+        kept = [line for line in previous.split("\n## Unit tests\n", 1)[1].strip().splitlines() if line != note]
         while kept and not kept[0].strip():
             kept.pop(0)
         lines += ["", "## Unit tests", "", note, ""] + kept
-    if with_unit:
+    elif with_unit:
         groups, wall = unit_test_groups()
         lines += ["", "## Unit tests", "",
                   f"`make unit` took {wall / 60:.1f} minutes: the test files on parallel processes, then the tests "

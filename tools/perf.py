@@ -43,6 +43,7 @@ FLOOR_RATIO_EXEMPT: dict[str, str] = {
     "05_batchnorm_nan.ipynb": "about 12x: 8 BatchNorm cases in background processes beside 4-replica training",
     "07_multi_worker.ipynb": "about 13x: 6 clusters of worker processes, one waiting for TensorFlow's heartbeats",
 }
+FLOOR_RUNS = 3            # the floor is the median of this many fresh kernels (measure_floor)
 FLOOR_CELLS = ("import gputrain_kit as kit\n\nreport = kit.setup(devices=4)",
                "import tensorflow as tf\n\nfloat(tf.constant(1.0) + 1.0)")
 
@@ -187,7 +188,7 @@ def run_notebook(path: Path, timeout: float = 600, *, gpus_visible: bool = False
                        sampler.peak if sampler else 0, error, tuple(cells), failed, nb)
 
 
-def measure_floor(timeout: float = 300, runs: int = 3) -> float:
+def measure_floor(timeout: float = 300, runs: int = FLOOR_RUNS) -> float:
     """Seconds from kernel start to the last cell for FLOOR_CELLS in a fresh kernel: the cost every
     notebook pays before its first lesson cell, measured on this machine in this run. The median of
     ``runs`` fresh kernels: one kernel start varies by a third from run to run here (3.0 to 4.5 s), and
