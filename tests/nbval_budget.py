@@ -7,9 +7,8 @@ libraries count once, as in a container's memory limit). If a notebook takes mor
 kernel more than 1.5 GB, or the kernel with its children more than 2 GB (Binder's limit for the
 whole container), its last cell fails with the numbers. Before the first notebook it measures the
 *floor* (a fresh kernel that imports the kit, runs ``setup(devices=4)`` and one TensorFlow op) and
-fails a notebook over 8 times the floor (the goal is 5x; the margin absorbs a noisy machine), except the
-notebooks ``perf.FLOOR_RATIO_EXEMPT`` names (not within it yet; ``GPUTRAIN_FLOOR_RATIO_LIMIT`` enforces a
-limit for those too). A table
+fails a notebook over 8 times the floor (the goal is 5x; the margin absorbs a noisy machine) once
+that limit is enforced (``perf.FLOOR_RATIO_ENFORCED``, or ``GPUTRAIN_FLOOR_RATIO_LIMIT`` set). A table
 with each notebook's ratio to the floor is printed at the end of the run. Loaded with ``-p nbval_budget`` (tests/ on PYTHONPATH).
 """
 from __future__ import annotations
@@ -22,14 +21,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-from perf import (FLOOR_RATIO_ENFORCED, FLOOR_RATIO_EXEMPT, FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT,  # noqa: E402
+from perf import (FLOOR_RATIO_ENFORCED, FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT,  # noqa: E402
                   FLOOR_RUNS, NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S, TREE_BUDGET_BYTES, TreeSampler,
                   kernel_pid, measure_floor)
 
 # Tests of this plugin lower the limits; nothing else sets these.
 NOTEBOOK_BUDGET_S = float(os.environ.get("GPUTRAIN_NOTEBOOK_BUDGET_S", NOTEBOOK_BUDGET_S))
-ASKED = "GPUTRAIN_FLOOR_RATIO_LIMIT" in os.environ        # enforce for every notebook, exempt ones too
-FLOOR_RATIO_ENFORCED = FLOOR_RATIO_ENFORCED or ASKED
+FLOOR_RATIO_ENFORCED = FLOOR_RATIO_ENFORCED or "GPUTRAIN_FLOOR_RATIO_LIMIT" in os.environ
 FLOOR_RATIO_LIMIT = float(os.environ.get("GPUTRAIN_FLOOR_RATIO_LIMIT", FLOOR_RATIO_LIMIT))
 _floor: dict[str, float] = {}
 
@@ -63,18 +61,13 @@ def pytest_runtest_setup(item):
             _state[key]["sampler"] = sampler
 
 
-def exempt(name: str, asked: bool | None = None) -> bool:
-    """A notebook not within the limit yet (perf.FLOOR_RATIO_EXEMPT), unless a limit was asked for."""
-    return name in FLOOR_RATIO_EXEMPT and not (ASKED if asked is None else asked)
-
-
-def floor_ratio_problem(name: str, seconds: float, floor: float | None, *, enforced: bool | None = None,
-                        asked: bool | None = None, limit: float | None = None) -> str | None:
+def floor_ratio_problem(seconds: float, floor: float | None, *, enforced: bool | None = None,
+                        limit: float | None = None) -> str | None:
     """What is wrong with a notebook that took ``seconds`` against the ``floor``, or None: over the limit,
-    unless not enforced, or the notebook is exempt (perf.FLOOR_RATIO_EXEMPT) and no limit was asked for."""
+    when the limit is enforced."""
     enforced = FLOOR_RATIO_ENFORCED if enforced is None else enforced
     limit = FLOOR_RATIO_LIMIT if limit is None else limit
-    if not floor or not enforced or exempt(name, asked) or seconds <= limit * floor:
+    if not floor or not enforced or seconds <= limit * floor:
         return None
     return (f"took {seconds / floor:.1f} times the floor ({seconds:.1f} s vs {floor:.1f} s for a bare "
             f"kernel that imports the kit; limit {limit:g}x, goal {FLOOR_RATIO_GOAL:g}x)")
@@ -103,7 +96,7 @@ def pytest_runtest_makereport(item, call):
     if seconds > NOTEBOOK_BUDGET_S:
         problems.append(f"took {seconds:.1f} s (budget {NOTEBOOK_BUDGET_S:.0f} s)")
     floor = _floor.get("seconds")
-    over = floor_ratio_problem(name, seconds, floor)
+    over = floor_ratio_problem(seconds, floor)
     if over:
         problems.append(over)
     if kernel_peak > NOTEBOOK_BUDGET_BYTES:
@@ -133,12 +126,11 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"floor (fresh kernel, import the kit, setup(devices=4), one op; median of {_floor.get('runs', 0):.0f}): "
                                 f"{floor:.1f} s; "
                                 f"goal {FLOOR_RATIO_GOAL:g}x, limit {FLOOR_RATIO_LIMIT:g}x"
-                                + ("" if FLOOR_RATIO_ENFORCED else " (reported, not enforced: see tools/perf.py)"))
+                                + ("" if FLOOR_RATIO_ENFORCED else " (reported, not enforced yet: see tools/perf.py)"))
     terminalreporter.write_line(f"{'notebook':32} {'wall s':>7} {'x floor':>8} {'kernel GB':>10} "
                                 f"{'with children GB (PSS)':>23}")
     for name, seconds, kernel, tree in _results:
-        why = f"  (limit not enforced yet: {FLOOR_RATIO_EXEMPT[name]})" if exempt(name) else ""
         terminalreporter.write_line(f"{name:32} {seconds:7.1f} {seconds / floor:8.1f} {kernel / 1e9:10.2f} "
-                                    f"{tree / 1e9:23.2f}{why}")
+                                    f"{tree / 1e9:23.2f}")
     total = sum(seconds for _, seconds, _, _ in _results)
     terminalreporter.write_line(f"{'all notebooks':32} {total:7.1f} {total / floor:8.1f}")

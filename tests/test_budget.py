@@ -96,18 +96,15 @@ def test_nbval_budget_plugin_fails_a_notebook_over_its_time(tmp_path):
     assert over.returncode == 1 and "times the floor" in over.stdout, over.stdout[-2000:]
 
 
-def test_floor_ratio_is_enforced_except_for_the_named_notebooks(monkeypatch):
-    """Over 8x the floor fails a notebook; the exempt ones (not within it yet) only when a limit is asked for."""
+def test_floor_ratio_fails_a_notebook_over_the_limit_only_when_enforced(monkeypatch):
+    """Over 8x the floor fails a notebook once the limit is enforced (GPUTRAIN_FLOOR_RATIO_LIMIT until then)."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
     import nbval_budget
 
-    assert perf.FLOOR_RATIO_ENFORCED and perf.FLOOR_RATIO_LIMIT == 8.0
-    exempt = next(iter(perf.FLOOR_RATIO_EXEMPT))
-    assert exempt.endswith(".ipynb") and (perf.ROOT / "notebooks" / exempt).exists()
+    assert perf.FLOOR_RATIO_LIMIT == 8.0
     check = nbval_budget.floor_ratio_problem
-    assert "9.0 times the floor" in check("00_start_here.ipynb", 27.0, 3.0, enforced=True, asked=False, limit=8)
-    assert check("00_start_here.ipynb", 23.0, 3.0, enforced=True, asked=False, limit=8) is None
-    assert check(exempt, 27.0, 3.0, enforced=True, asked=False, limit=8) is None
-    assert "limit 8x" in check(exempt, 27.0, 3.0, enforced=True, asked=True, limit=8)
-    assert check("00_start_here.ipynb", 27.0, 3.0, enforced=False, asked=False, limit=8) is None
-    assert check("00_start_here.ipynb", 27.0, None, enforced=True, asked=False, limit=8) is None
+    assert "9.0 times the floor" in check(27.0, 3.0, enforced=True, limit=8)
+    assert "limit 8x" in check(27.0, 3.0, enforced=True, limit=8)
+    assert check(23.0, 3.0, enforced=True, limit=8) is None
+    assert check(27.0, 3.0, enforced=False, limit=8) is None
+    assert check(27.0, None, enforced=True, limit=8) is None
