@@ -19,6 +19,9 @@ the others wait for it, and only ``timeout`` stops them.
 
 Inside a worker, ``report(name=value)`` sends JSON-able values back and
 ``worker_task()`` says which worker this is.
+
+On Linux the workers are forked from one process that imported TensorFlow once
+(``gputrain_kit._zygote``), so only the first launch pays the import.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ._args import require_bool, require_int, short
 from .netns import PrivateNetwork, start_private_network, worker_command
 from .processes import child_environment, function_source
+from ._zygote import Zygote, ZygoteError
 
 __all__ = ["launch_local_workers", "WorkerResult", "LocalRun", "WorkerError", "WorkerFailed",
            "WorkerTimeout", "PortInUseError", "free_ports", "tf_config", "worker_task", "WorkerTask",
@@ -349,6 +353,12 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
     - ``grace`` (seconds, default 0): after the first failure, how long the other workers may run on
       before they are stopped, so that what TensorFlow does about the failure reaches their logs
       (the error's ``.logs``). They are stopped as soon as they have all ended, within ``timeout``.
+
+    On Linux the workers are forked from a helper process that has imported TensorFlow and Keras but
+    started nothing (``gputrain_kit._zygote``): the first launch pays that import, later launches with
+    the same environment reuse it (it exits after 5 idle minutes, or with this process). Each worker
+    starts its own runtime, environment and random state, as a fresh process does.
+    ``GPUTRAIN_WORKER_FORK=0`` starts every worker as a fresh Python instead.
     """
     func = "launch_local_workers"
     workers = require_int(func, "workers", workers, minimum=1, maximum=16)
@@ -427,6 +437,41 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
             network.close()
 
 
+_zygote_lock = threading.Lock()
+_zygote: Zygote | None = None
+
+
+def _close_zygote() -> None:
+    global _zygote
+    with _zygote_lock:
+        if _zygote is not None:
+            _zygote.close()
+            _zygote = None
+
+
+def _zygote_for(env: dict[str, str]) -> Zygote | None:
+    """Linux: the process the workers are forked from, started on first use and kept for the next launch
+    with the same environment (TensorFlow and Keras imported once instead of once per worker).
+    None elsewhere, with GPUTRAIN_WORKER_FORK=0, or if it cannot start: each worker is then a fresh process."""
+    global _zygote
+    if not sys.platform.startswith("linux") or os.environ.get("GPUTRAIN_WORKER_FORK", "1") == "0":
+        return None
+    with _zygote_lock:
+        if _zygote is not None and (not _zygote.alive() or _zygote.env != env):
+            _zygote.close()                 # gone idle, or another environment (it is read at import)
+            _zygote = None
+        if _zygote is None:
+            try:
+                _zygote = Zygote(env)
+            except ZygoteError:
+                return None
+            if not hasattr(_zygote_for, "registered"):
+                import atexit
+                atexit.register(_close_zygote)
+                _zygote_for.registered = True
+        return _zygote
+
+
 def _run_cluster(payload: dict[str, Any], workers: int, ports: list[int], base_env: dict[str, str],
                  emit: Callable[[int, str], None] | None, timeout: float, last_lines: int,
                  grace: float = 0, network: PrivateNetwork | None = None) -> LocalRun:
@@ -489,15 +534,23 @@ def _run_cluster(payload: dict[str, Any], workers: int, ports: list[int], base_e
     start = time.monotonic()
     deadline = start + float(timeout)
     open_streams = set(range(workers))
+    zygote = _zygote_for(base_env)
     threads = []
     try:
         for index in range(workers):
             worker_env = dict(base_env, TF_CONFIG=tf_config(addresses, index),
                               GPUTRAIN_LAUNCHER_PID=str(os.getpid()))
-            command = worker_command(network, [sys.executable, "-u", "-m", "gputrain_kit._worker", spec.name])
-            proc = subprocess.Popen(command,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    text=True, errors="replace", env=worker_env, start_new_session=True)
+            proc = None
+            if zygote is not None:
+                try:
+                    proc = zygote.spawn(spec.name, worker_env, network.pid if network is not None else None)
+                except ZygoteError:
+                    zygote = None                   # a fresh process for this worker and the rest
+            if proc is None:
+                command = worker_command(network, [sys.executable, "-u", "-m", "gputrain_kit._worker", spec.name])
+                proc = subprocess.Popen(command,
+                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        text=True, errors="replace", env=worker_env, start_new_session=True)
             procs.append(proc)
             thread = threading.Thread(target=read_lines, args=(index, proc.stdout), daemon=True)
             thread.start()

@@ -58,11 +58,13 @@ REASONS: dict[tuple[str, str], str] = {
         "on one device: 10 epochs is where the large batches' accuracy gap is clear",
     ("06", "scaled = batch_sweep("): "8 more trainings of 10 epochs, with the scaled rate with and without "
         "warm-up",
-    ("07", "run = kit.launch_local_workers(train_worker"): "2 worker processes, each importing TensorFlow and "
-        "joining the cluster, 30 steps",
-    ("07", "import os"): "2 workers with tf-keras (TF_USE_LEGACY_KERAS must be set before TensorFlow is "
-        "imported, so new processes): Keras 3's failing fit, tf-keras's fit and its relaunch",
-    ("07", "checkpoints = tempfile.mkdtemp("): "2 workers that train until worker 1's simulated crash",
+    ("07", "run = kit.launch_local_workers(train_worker"): "the first launch: the process the workers are forked "
+        "from imports TensorFlow once (later launches with the same environment reuse it), then 2 workers join "
+        "the cluster and train 30 steps",
+    ("07", "import os"): "2 workers with tf-keras: TF_USE_LEGACY_KERAS is read when TensorFlow is imported, so "
+        "this environment needs its own import; Keras 3's failing fit, tf-keras's fit and its relaunch",
+    ("07", "checkpoints = tempfile.mkdtemp("): "back to the default environment, so one more import to fork "
+        "from; 2 workers train until worker 1's simulated crash",
     ("07", "resumed = kit.launch_local_workers("): "2 new workers that resume from the checkpoint",
     ("07", 'print("worker 1 dies after one all-reduce'): "2 workers, then worker 0 waits until TensorFlow's "
         "coordination service misses worker 1's heartbeats: that wait is the claim",
