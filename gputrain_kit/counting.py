@@ -70,12 +70,58 @@ def _parallel(jobs, workers: int = 2):
         return list(pool.map(lambda job: job(), jobs))
 
 
+# Linux: one child imports TensorFlow (which starts nothing) and forks a process per probe, so that the probed
+# call is the first thing TensorFlow's runtime does in that process, as in a fresh one, for one import in all.
+_FORKED_PROBES = """
+import json, os, sys
+import tensorflow as tf
+for name, code in json.loads({jobs!r}):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            exec(compile(code, "<probe>", "exec"),
+                 {{"report": lambda **values: print("__gputrain_kit__" + json.dumps({{name: values}}), flush=True)}})
+            status = 0
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    if status:
+        sys.exit(f"the probe of {{name}} failed (wait status {{status}})")
+"""
+
+
+def _probe_fork() -> bool:
+    """Fork the probes from one process that imported TensorFlow: Linux only (GPUTRAIN_PROBE_FORK=0: a fresh
+    process per probe)."""
+    import os
+    import sys
+
+    return sys.platform.startswith("linux") and os.environ.get("GPUTRAIN_PROBE_FORK", "1") != "0"
+
+
 def probe_locks(calls: Sequence[str] | None = None) -> list[LockProbe]:
-    """For each call (a key of LOCK_PROBES, in a fresh process): can devices still be configured after it?"""
+    """For each call (a key of LOCK_PROBES): can devices still be configured after it?
+
+    Each call is probed first thing in a process of its own: on Linux a child forked from one process that
+    has imported TensorFlow without starting it (one import for every probe), elsewhere a fresh process."""
+    import json
+
     names = list(LOCK_PROBES) if calls is None else list(calls)
     unknown = [c for c in names if c not in LOCK_PROBES]
     if unknown:
         raise ValueError(f"probe_locks: unknown call {short(unknown[0])}; choose from {list(LOCK_PROBES)}.")
+    if _probe_fork():
+        jobs = [[c, _PROBE.format(call=LOCK_PROBES[c])] for c in names]
+        values = run_child(_FORKED_PROBES.format(jobs=json.dumps(jobs)), env=_GROWTH).values
+        return [LockProbe(c, values[c]["split"], values[c]["visible"]) for c in names]
     results = _parallel([lambda c=c: run_child(_PROBE.format(call=LOCK_PROBES[c]), env=_GROWTH) for c in names])
     return [LockProbe(c, r.values["split"], r.values["visible"]) for c, r in zip(names, results)]
 

@@ -15,8 +15,9 @@ REASONS: dict[tuple[str, str], str] = {
                                       "imports TensorFlow there",
     ("01", "strategy = tf.distribute.MirroredStrategy"): "the first fit under MirroredStrategy on 4 devices: the "
         "training and validation steps are traced once per replica; 2 epochs, as the plain model before it",
-    ("01", "for probe in kit.counting.probe_locks():"): "4 new processes (2 at a time), each importing "
-        "TensorFlow: whether a call locks the device configuration shows only first thing in a process",
+    ("01", "for probe in kit.counting.probe_locks():"): "4 processes, forked one after another from one "
+        "that imported TensorFlow: whether a call locks the device configuration shows only first thing in a "
+        "process, so each starts TensorFlow's runtime anew",
     ("02", "model.fit(x_train, y_train, batch_size=global_batch"): "2 epochs on 4 replicas, then the copies "
         "compared: tracing the step for 4 replicas is most of it",
     ("02", "from gputrain_kit.parallel import reduction_in_use"): "4 strategies, each a new model traced and "
