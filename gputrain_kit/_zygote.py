@@ -171,6 +171,7 @@ class Zygote:
 
     def __init__(self, env: dict[str, str], timeout: float = 120):
         self.env = dict(env)
+        self.owner = os.getpid()         # a forked copy of the launcher must not share this socket
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._errors = tempfile.TemporaryFile("w+")
         self._lock = threading.Lock()

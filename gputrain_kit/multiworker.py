@@ -457,6 +457,8 @@ def _zygote_for(env: dict[str, str]) -> Zygote | None:
     if not sys.platform.startswith("linux") or os.environ.get("GPUTRAIN_WORKER_FORK", "1") == "0":
         return None
     with _zygote_lock:
+        if _zygote is not None and _zygote.owner != os.getpid():
+            _zygote = None                  # inherited through a fork of this process: the parent's, not ours
         if _zygote is not None and (not _zygote.alive() or _zygote.env != env):
             _zygote.close()                 # gone idle, or another environment (it is read at import)
             _zygote = None
