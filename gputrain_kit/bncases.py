@@ -18,6 +18,7 @@ processes, and a case after a crash always gets a fresh one.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -97,7 +98,7 @@ import keras, numpy as np
 from gputrain_kit.errors import error_summary
 from gputrain_kit.replicas import replica_report
 
-cases, epochs = json.loads(sys.argv[1]), int(sys.argv[2])
+cases, epochs, parallel = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 # Linux: TensorFlow is imported once, here, and never started; each case runs in a child forked from
 # this process, with its own runtime, so a crash costs no new import. Elsewhere: one process for the
 # cases until one crashes (the parent then starts a fresh one for the rest).
@@ -162,20 +163,29 @@ def run_case(kind, bn, batching):
     return out
 
 
+def say(out):   # one write per line: lines from children running side by side never interleave
+    sys.stdout.flush()
+    os.write(1, ("__bncase__" + json.dumps(out) + "\n").encode())
+
+
 if FORK:
-    for case in cases:
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            start_runtime()
-            print("__bncase__" + json.dumps(run_case(*case)), flush=True)
-            os._exit(0)
-        _, status = os.waitpid(pid, 0)
+    waiting, running = list(cases), {}
+    while waiting or running:
+        while waiting and len(running) < parallel:   # up to `parallel` children at a time
+            case = waiting.pop(0)
+            sys.stdout.flush()
+            pid = os.fork()
+            if pid == 0:
+                start_runtime()
+                say(run_case(*case))
+                os._exit(0)
+            running[pid] = case
+        pid, status = os.wait()
+        case = running.pop(pid)
         if status:   # died before reporting: say so, as a crash of this case
-            print("__bncase__" + json.dumps({"case": case, "losses": [], "later_fit": "not tried", "poisoned": [],
-                                             "poisoned_replicas": [], "nan_copies": 0, "spread": 0.0, "nan_rows": 0,
-                                             "error": f"the process running it died (wait status {status})"}),
-                  flush=True)
+            say({"case": case, "losses": [], "later_fit": "not tried", "poisoned": [], "poisoned_replicas": [],
+                 "nan_copies": 0, "spread": 0.0, "nan_rows": 0,
+                 "error": f"the process running it died (wait status {status})"})
 else:
     start_runtime()
     for case in cases:
@@ -216,6 +226,12 @@ def _classify(raw: dict[str, Any]) -> CaseResult:
                       raw["nan_rows"], raw["later_fit"])
 
 
+def _forking() -> bool:
+    """Each case in a child forked from one process that imported TensorFlow: Linux only
+    (GPUTRAIN_CASES_FORK=0: one interpreter runs the cases until one crashes, then a fresh one)."""
+    return sys.platform.startswith("linux") and os.environ.get("GPUTRAIN_CASES_FORK", "1") != "0"
+
+
 def _check(func: str, cases: Iterable[tuple[str, str, str]] | None, epochs: Any, processes: Any):
     cases = [tuple(c) for c in (DEFAULT_CASES if cases is None else cases)]
     for case in cases:
@@ -234,9 +250,13 @@ def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: in
     DEFAULT_CASES, 8), in up to ``processes`` child processes at a time. ``on_result(result, done, total)`` is called
     as each case finishes (for a progress bar). Results come back in the order of ``cases``."""
     cases, epochs, processes = _check("run_cases", cases, epochs, processes)
-    # Likely crashes last: a crash ends its child, and every case after it needs a fresh one.
-    order = sorted(cases, key=lambda c: (c[2] == "last step empty", c[0] == "conv", c[1] == "synchronized"))
-    queues = [order[i::processes] for i in range(processes)]
+    if _forking():
+        # Linux: one child imports TensorFlow and forks up to `processes` cases at a time (one import in all).
+        queues, parallel = [list(cases)], processes
+    else:
+        # Likely crashes last: a crash ends its child, and every case after it needs a fresh one.
+        order = sorted(cases, key=lambda c: (c[2] == "last step empty", c[0] == "conv", c[1] == "synchronized"))
+        queues, parallel = [order[i::processes] for i in range(processes)], 1
     results: dict[tuple, CaseResult] = {}
     lock = threading.Lock()
     failures: list[str] = []
@@ -245,7 +265,7 @@ def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: in
     def worker(queue: list[tuple]) -> None:
         while queue:
             with tempfile.TemporaryFile("w+") as errors:
-                proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(queue), str(epochs)],
+                proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(queue), str(epochs), str(parallel)],
                                         stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
                 timer = threading.Timer(timeout, proc.kill)
                 timer.start()
@@ -296,10 +316,11 @@ class PendingCases(BackgroundRun):
         return super().result(timeout)
 
 
-def start_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: int = 2, processes: int = 1,
+def start_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: int = 2, processes: int = 2,
                 timeout: float = 300) -> PendingCases:
     """Like ``run_cases``, but in the background: returns at once (arguments checked first), so a notebook
-    can go on while the child processes train. One process at a time by default, so the notebook's own
-    kernel keeps a core."""
+    can go on while the child processes train. Two cases at a time by default: on a 2-core machine the
+    notebook's own cells run slower meanwhile, but the cases are done sooner (``processes=1`` leaves the
+    kernel a core)."""
     cases, epochs, processes = _check("start_cases", cases, epochs, processes)
     return PendingCases(cases, epochs, processes, timeout)

@@ -112,14 +112,14 @@ def test_start_cases_checks_at_once_and_runs_in_the_background():
 
 
 def test_forked_cases_report_what_a_fresh_interpreter_reports(monkeypatch):
-    """On Linux each case runs in a child forked from one process that imported TensorFlow once; a crash
-    then costs no new import. The outcomes must be those of the plain path (one interpreter, a fresh one
+    """On Linux each case runs in a child forked from one process that imported TensorFlow once (two at a
+    time here); a crash then costs no new import. The outcomes must be those of the plain path (one interpreter, a fresh one
     after each crash), for a silent-NaN case and a crash that poisons its process."""
     from gputrain_kit import bncases
 
     cases = [("dense", "scale=False", "last step empty"), ("conv", "synchronized", "last step empty"),
              ("dense", "synchronized", "last step empty")]
-    forked = bncases.run_cases(cases, processes=1)
+    forked = bncases.run_cases(cases, processes=2)          # two forked children at a time
     monkeypatch.setenv("GPUTRAIN_CASES_FORK", "0")
     plain = bncases.run_cases(cases, processes=1)
     for a, b in zip(forked.results, plain.results):

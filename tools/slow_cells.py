@@ -43,7 +43,8 @@ REASONS: dict[tuple[str, str], str] = {
         "epochs to choose from",
     ("04", "deep = keras.Sequential("): "a 600-layer model saved to .h5: the configuration must exceed "
         "HDF5's 64 KB attribute limit for the claim",
-    ("05", "model, history = train(None"): "the trap itself: one epoch on 4 replicas, first trace of the step",
+    ("05", "model, history = train(None"): "the trap itself: one epoch on 4 replicas, first trace of the step; "
+        "from here to section 5 the BatchNorm cases train beside the kernel (2 at a time) and slow its cells",
     ("05", "def summarize(m):"): "the drop_remainder fix trained (one epoch, 4 replicas), its replica copies "
         "read and its predictions made under the strategy",
     ("05", 'trained = {None: model, "drop_remainder": drifted}'): "the repeat and pad fixes trained (one epoch "
@@ -54,7 +55,8 @@ REASONS: dict[tuple[str, str], str] = {
     ("05", "with kit.expect_error(kit.ReplicaHealthError"): "a new model on the trap under ReplicaHealth, which "
         "stops it at the end of the first epoch: the step traced again for 4 replicas",
     ("05", "matrix = pending.result()"): "waits for the 8 BatchNorm cases started in section 1 (2 epochs each, "
-        "forked from one process that imported TensorFlow once): 2 epochs show the loss turning NaN in epoch 2",
+        "2 at a time, forked from one process that imported TensorFlow once): 2 epochs show the loss turning "
+        "NaN in epoch 2",
     ("06", "from gputrain_kit.lrscaling import batch_sweep"): "4 trainings of 10 epochs (batches 32 to 1024) "
         "on one device: 10 epochs is where the large batches' accuracy gap is clear",
     ("06", "scaled = batch_sweep("): "8 more trainings of 10 epochs, with the scaled rate with and without "
