@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from ._args import require_choice, require_int, short
-from .processes import BackgroundRun, child_environment
+from .processes import BackgroundRun, child_environment, fork_enabled
 
 __all__ = ["MODELS", "BN_SETTINGS", "BATCHINGS", "DEFAULT_CASES", "CaseResult", "Matrix", "run_cases", "start_cases",
            "PendingCases"]
@@ -102,7 +102,7 @@ cases, epochs, parallel = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.arg
 # Linux: TensorFlow is imported once, here, and never started; each case runs in a child forked from
 # this process, with its own runtime, so a crash costs no new import. Elsewhere: one process for the
 # cases until one crashes (the parent then starts a fresh one for the rest).
-FORK = sys.platform.startswith("linux") and os.environ.get("GPUTRAIN_CASES_FORK", "1") != "0"
+FORK = int(sys.argv[4]) == 1     # the parent's decision (bncases._forking), not read again here
 N, BATCH, CLASSES = 1030, 64, 4
 rng = np.random.default_rng(0)
 y = rng.integers(0, CLASSES, N)
@@ -228,8 +228,8 @@ def _classify(raw: dict[str, Any]) -> CaseResult:
 
 def _forking() -> bool:
     """Each case in a child forked from one process that imported TensorFlow: Linux only
-    (GPUTRAIN_CASES_FORK=0: one interpreter runs the cases until one crashes, then a fresh one)."""
-    return sys.platform.startswith("linux") and os.environ.get("GPUTRAIN_CASES_FORK", "1") != "0"
+    (GPUTRAIN_CASES_FORK=0 or GPUTRAIN_FORK=0: one interpreter runs the cases until one crashes, then a fresh one)."""
+    return fork_enabled("GPUTRAIN_CASES_FORK")
 
 
 def _check(func: str, cases: Iterable[tuple[str, str, str]] | None, epochs: Any, processes: Any):
@@ -250,7 +250,8 @@ def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: in
     DEFAULT_CASES, 8), in up to ``processes`` child processes at a time. ``on_result(result, done, total)`` is called
     as each case finishes (for a progress bar). Results come back in the order of ``cases``."""
     cases, epochs, processes = _check("run_cases", cases, epochs, processes)
-    if _forking():
+    forking = _forking()
+    if forking:
         # Linux: one child imports TensorFlow and forks up to `processes` cases at a time (one import in all).
         queues, parallel = [list(cases)], processes
     else:
@@ -265,7 +266,8 @@ def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: in
     def worker(queue: list[tuple]) -> None:
         while queue:
             with tempfile.TemporaryFile("w+") as errors:
-                proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(queue), str(epochs), str(parallel)],
+                proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(queue), str(epochs), str(parallel),
+                                         str(int(forking))],
                                         stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
                 timer = threading.Timer(timeout, proc.kill)
                 timer.start()

@@ -99,12 +99,11 @@ for name, code in json.loads({jobs!r}):
 
 
 def _probe_fork() -> bool:
-    """Fork the probes from one process that imported TensorFlow: Linux only (GPUTRAIN_PROBE_FORK=0: a fresh
-    process per probe)."""
-    import os
-    import sys
+    """Fork the probes from one process that imported TensorFlow: Linux only (GPUTRAIN_PROBE_FORK=0 or
+    GPUTRAIN_FORK=0: a fresh process per probe)."""
+    from .processes import fork_enabled
 
-    return sys.platform.startswith("linux") and os.environ.get("GPUTRAIN_PROBE_FORK", "1") != "0"
+    return fork_enabled("GPUTRAIN_PROBE_FORK")
 
 
 def probe_locks(calls: Sequence[str] | None = None) -> list[LockProbe]:

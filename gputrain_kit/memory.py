@@ -511,13 +511,11 @@ def _measure_forked(source: str, name: str, jobs: list[tuple[str, dict, dict]], 
 
 
 def _forking() -> bool:
-    """Fork each measurement from one process that imported TensorFlow: Linux only (macOS does not
-    allow forking a process that loaded its system frameworks; Windows has no fork).
-    GPUTRAIN_MEASURE_FORK=0 turns it off."""
-    import os
-    import sys
+    """Fork each measurement from one process that imported TensorFlow (Linux; GPUTRAIN_MEASURE_FORK=0 or
+    GPUTRAIN_FORK=0 turns it off)."""
+    from .processes import fork_enabled
 
-    return sys.platform.startswith("linux") and os.environ.get("GPUTRAIN_MEASURE_FORK", "1") != "0"
+    return fork_enabled("GPUTRAIN_MEASURE_FORK")
 
 
 def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtype_policy: str = "float32",

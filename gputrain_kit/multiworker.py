@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ._args import require_bool, require_int, short
 from .netns import PrivateNetwork, start_private_network, worker_command
-from .processes import child_environment, function_source
+from .processes import child_environment, fork_enabled, function_source
 from ._zygote import Zygote, ZygoteError
 
 __all__ = ["launch_local_workers", "WorkerResult", "LocalRun", "WorkerError", "WorkerFailed",
@@ -358,7 +358,7 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
     started nothing (``gputrain_kit._zygote``): the first launch pays that import, later launches with
     the same environment reuse it (it exits after 5 idle minutes, or with this process). Each worker
     starts its own runtime, environment and random state, as a fresh process does.
-    ``GPUTRAIN_WORKER_FORK=0`` starts every worker as a fresh Python instead.
+    ``GPUTRAIN_WORKER_FORK=0`` (or ``GPUTRAIN_FORK=0``) starts every worker as a fresh Python instead.
     """
     func = "launch_local_workers"
     workers = require_int(func, "workers", workers, minimum=1, maximum=16)
@@ -452,9 +452,9 @@ def _close_zygote() -> None:
 def _zygote_for(env: dict[str, str]) -> Zygote | None:
     """Linux: the process the workers are forked from, started on first use and kept for the next launch
     with the same environment (TensorFlow and Keras imported once instead of once per worker).
-    None elsewhere, with GPUTRAIN_WORKER_FORK=0, or if it cannot start: each worker is then a fresh process."""
+    None elsewhere, with GPUTRAIN_WORKER_FORK=0 or GPUTRAIN_FORK=0, or if it cannot start: each worker is then a fresh process."""
     global _zygote
-    if not sys.platform.startswith("linux") or os.environ.get("GPUTRAIN_WORKER_FORK", "1") == "0":
+    if not fork_enabled("GPUTRAIN_WORKER_FORK"):
         return None
     with _zygote_lock:
         if _zygote is not None and _zygote.owner != os.getpid():

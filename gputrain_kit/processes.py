@@ -26,6 +26,14 @@ def report(**values):
 """
 
 
+def fork_enabled(switch: str) -> bool:
+    """Whether the kit may fork TensorFlow processes from one that imported TensorFlow: Linux only (macOS does
+    not allow forking a process that loaded its system frameworks; Windows has no fork), unless
+    ``GPUTRAIN_FORK=0`` (every kind) or the kind's own ``switch`` variable is ``0``."""
+    return (sys.platform.startswith("linux") and os.environ.get("GPUTRAIN_FORK", "1") != "0"
+            and os.environ.get(switch, "1") != "0")
+
+
 def child_environment(func: str, env: Mapping[str, str | None] | None,
                       base: Mapping[str, str] | None = None) -> dict[str, str]:
     """``base`` (default: this process's environment) with ``env`` applied; a value of None removes

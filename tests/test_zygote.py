@@ -52,8 +52,9 @@ def test_workers_are_forked_from_one_zygote_and_behave_as_fresh_processes(monkey
     assert '"index": 0' in first[0]["tf_config"] and '"index": 1' in first[1]["tf_config"]
 
 
-def test_without_fork_each_worker_is_a_fresh_process_and_reports_the_same(monkeypatch):
-    monkeypatch.setenv("GPUTRAIN_WORKER_FORK", "0")
+@pytest.mark.parametrize("switch", ["GPUTRAIN_WORKER_FORK", "GPUTRAIN_FORK"])
+def test_without_fork_each_worker_is_a_fresh_process_and_reports_the_same(monkeypatch, switch):
+    monkeypatch.setenv(switch, "0")
     results = mw.launch_local_workers(who_am_i, 2, log=None, timeout=120).results
     for result in results:
         assert result["ppid"] == os.getpid()              # started by the launcher itself
@@ -133,3 +134,16 @@ def test_a_zygote_is_gone_with_its_launcher_and_so_are_its_workers(tmp_path):
         proc.kill()
         for pid in mw.running(pids):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_one_switch_turns_every_fork_off_and_each_kind_has_its_own(monkeypatch):
+    from gputrain_kit.processes import fork_enabled
+
+    switches = ["GPUTRAIN_WORKER_FORK", "GPUTRAIN_PROBE_FORK", "GPUTRAIN_CASES_FORK", "GPUTRAIN_MEASURE_FORK"]
+    for name in switches + ["GPUTRAIN_FORK"]:
+        monkeypatch.delenv(name, raising=False)
+    assert all(fork_enabled(name) for name in switches)
+    monkeypatch.setenv("GPUTRAIN_PROBE_FORK", "0")
+    assert [fork_enabled(name) for name in switches] == [True, False, True, True]
+    monkeypatch.setenv("GPUTRAIN_FORK", "0")
+    assert not any(fork_enabled(name) for name in switches)
