@@ -54,12 +54,8 @@ def _child(request: dict, out_fd: int, sock: socket.socket) -> None:
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True, write_through=True,
                                       errors="backslashreplace")
         if request.get("netns"):
-            from .netns import _join      # single-threaded here: a forked child has only this thread
-            try:
-                _join(str(request["netns"]))
-            except OSError as err:
-                print(f"gputrain_kit: this worker could not join the private network: {err}", flush=True)
-                os._exit(1)
+            from .netns import join_or_exit   # single-threaded here: a forked child has only this thread
+            join_or_exit(str(request["netns"]))
         os.environ.clear()
         os.environ.update(request["env"])
         os.environ["GPUTRAIN_LAUNCHER_PID"] = str(os.getppid())   # the zygote: the worker dies with it

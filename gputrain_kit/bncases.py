@@ -102,7 +102,7 @@ cases, epochs, parallel = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.arg
 # Linux: TensorFlow is imported once, here, and never started; each case runs in a child forked from
 # this process, with its own runtime, so a crash costs no new import. Elsewhere: one process for the
 # cases until one crashes (the parent then starts a fresh one for the rest).
-FORK = int(sys.argv[4]) == 1     # the parent's decision (bncases._forking), not read again here
+FORK = int(sys.argv[4]) == 1     # the parent's decision (fork_enabled), not read again here
 N, BATCH, CLASSES = 1030, 64, 4
 rng = np.random.default_rng(0)
 y = rng.integers(0, CLASSES, N)
@@ -226,12 +226,6 @@ def _classify(raw: dict[str, Any]) -> CaseResult:
                       raw["nan_rows"], raw["later_fit"])
 
 
-def _forking() -> bool:
-    """Each case in a child forked from one process that imported TensorFlow: Linux only
-    (GPUTRAIN_CASES_FORK=0 or GPUTRAIN_FORK=0: one interpreter runs the cases until one crashes, then a fresh one)."""
-    return fork_enabled("GPUTRAIN_CASES_FORK")
-
-
 def _check(func: str, cases: Iterable[tuple[str, str, str]] | None, epochs: Any, processes: Any):
     cases = [tuple(c) for c in (DEFAULT_CASES if cases is None else cases)]
     for case in cases:
@@ -250,7 +244,7 @@ def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: in
     DEFAULT_CASES, 8), in up to ``processes`` child processes at a time. ``on_result(result, done, total)`` is called
     as each case finishes (for a progress bar). Results come back in the order of ``cases``."""
     cases, epochs, processes = _check("run_cases", cases, epochs, processes)
-    forking = _forking()
+    forking = fork_enabled("GPUTRAIN_CASES_FORK")   # GPUTRAIN_CASES_FORK=0 or GPUTRAIN_FORK=0: no fork
     if forking:
         # Linux: one child imports TensorFlow and forks up to `processes` cases at a time (one import in all).
         queues, parallel = [list(cases)], processes

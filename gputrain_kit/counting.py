@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ._args import short
-from .processes import run_child
+from .processes import fork_enabled, run_child
 
 __all__ = ["LOCK_PROBES", "LockProbe", "probe_locks", "gpus_seen", "late_visibility_change"]
 
@@ -98,14 +98,6 @@ for name, code in json.loads({jobs!r}):
 """
 
 
-def _probe_fork() -> bool:
-    """Fork the probes from one process that imported TensorFlow: Linux only (GPUTRAIN_PROBE_FORK=0 or
-    GPUTRAIN_FORK=0: a fresh process per probe)."""
-    from .processes import fork_enabled
-
-    return fork_enabled("GPUTRAIN_PROBE_FORK")
-
-
 def probe_locks(calls: Sequence[str] | None = None) -> list[LockProbe]:
     """For each call (a key of LOCK_PROBES): can devices still be configured after it?
 
@@ -117,7 +109,7 @@ def probe_locks(calls: Sequence[str] | None = None) -> list[LockProbe]:
     unknown = [c for c in names if c not in LOCK_PROBES]
     if unknown:
         raise ValueError(f"probe_locks: unknown call {short(unknown[0])}; choose from {list(LOCK_PROBES)}.")
-    if _probe_fork():
+    if fork_enabled("GPUTRAIN_PROBE_FORK"):   # GPUTRAIN_PROBE_FORK=0 or GPUTRAIN_FORK=0: fresh processes
         jobs = [[c, _PROBE.format(call=LOCK_PROBES[c])] for c in names]
         values = run_child(_FORKED_PROBES.format(jobs=json.dumps(jobs)), env=_GROWTH).values
         return [LockProbe(c, values[c]["split"], values[c]["visible"]) for c in names]

@@ -25,6 +25,7 @@ On Linux the workers are forked from one process that imported TensorFlow once
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue
@@ -449,6 +450,9 @@ def _close_zygote() -> None:
             _zygote = None
 
 
+atexit.register(_close_zygote)      # a kernel that exits stops its zygote (and any worker still running)
+
+
 def _zygote_for(env: dict[str, str]) -> Zygote | None:
     """Linux: the process the workers are forked from, started on first use and kept for the next launch
     with the same environment (TensorFlow and Keras imported once instead of once per worker).
@@ -467,10 +471,6 @@ def _zygote_for(env: dict[str, str]) -> Zygote | None:
                 _zygote = Zygote(env)
             except ZygoteError:
                 return None
-            if not hasattr(_zygote_for, "registered"):
-                import atexit
-                atexit.register(_close_zygote)
-                _zygote_for.registered = True
         return _zygote
 
 

@@ -166,6 +166,16 @@ def _join(pid: str) -> None:
         os.close(net)
 
 
+def join_or_exit(pid: str) -> None:
+    """In a worker about to start (single-threaded): join the holder's namespaces, or say why not and
+    exit with status 1, which the launcher reports as that worker's failure."""
+    try:
+        _join(pid)
+    except OSError as err:
+        print(f"gputrain_kit: this worker could not join the private network: {err}", flush=True)
+        os._exit(1)
+
+
 def listening_sockets() -> list[tuple[str, int]]:
     """(address, port) of every TCP socket listening in this process's network namespace, from
     /proc/net/tcp and /proc/net/tcp6 (read, never by connecting)."""
@@ -193,10 +203,6 @@ def listening_sockets() -> list[tuple[str, int]]:
 
 if __name__ == "__main__":
     if len(sys.argv) > 4 and sys.argv[1] == "--join" and sys.argv[3] == "--":
-        try:
-            _join(sys.argv[2])
-        except OSError as err:
-            print(f"gputrain_kit: this worker could not join the private network: {err}", flush=True)
-            sys.exit(1)
+        join_or_exit(sys.argv[2])
         os.execv(sys.argv[4], sys.argv[4:])
     sys.exit(_holder())
