@@ -39,8 +39,17 @@ unit: $(STAMP)
 	$(PY) -m pytest tests -p no:xdist -m timing $(UNIT_ARGS) || status=$$?; \
 	exit $$status
 
+# Strict nbval once per CPU kernel family (TensorFlow's oneDNN kernels, then its portable Eigen kernels: notebook
+# 00), forced with TF_ENABLE_ONEDNN_OPTS, so a stored output that changes with the kernels fails on any machine,
+# whichever family this CPU runs by default. NBVAL_FAMILIES="0" runs one family only.
+NBVAL_FAMILIES ?= 1 0
 nbval: $(STAMP)
-	CUDA_VISIBLE_DEVICES= PYTHONPATH=tests $(PY) -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider -p nbval_budget notebooks
+	@status=0; for family in $(NBVAL_FAMILIES); do \
+	  echo "== strict nbval with TF_ENABLE_ONEDNN_OPTS=$$family =="; \
+	  TF_ENABLE_ONEDNN_OPTS=$$family CUDA_VISIBLE_DEVICES= PYTHONPATH=tests $(PY) -m pytest --nbval --nbval-current-env \
+	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider -p nbval_budget notebooks $(NBVAL_ARGS) \
+	    || status=$$?; \
+	done; exit $$status
 
 notebooks: $(STAMP)
 	CUDA_VISIBLE_DEVICES= $(PY) tools/build_notebooks.py $(NB)

@@ -5,7 +5,7 @@ package does not import TensorFlow; ``setup()`` does, quietly.
 """
 from __future__ import annotations
 
-from . import (activity, bncases, bntrap, branches, check, checkpoints, counting, data, explainer, feeding, gpu_record,
+from . import (activity, bncases, bntrap, branches, check, checkpoints, counting, cpu_kernels, data, explainer, feeding, gpu_record,
                lrscaling, memory,
                multiworker, netns, parallel, pipeline, placement, plots, processes, replicas, saving, scaling, training,
                visibility, widgets)
@@ -31,7 +31,7 @@ __all__ = [
     "save_verified", "load_verified", "saving", "checkpoints",
     "scaling_model", "scaling", "feeding", "lrscaling",
     "replica_report", "ReplicaHealth", "ReplicaHealthError", "check_batch_plan", "replicas", "bntrap",
-    "SetupError", "SetupReport", "check", "counting", "data", "gpu_record", "parallel", "placement", "plots", "processes",
+    "SetupError", "SetupReport", "check", "counting", "cpu_kernels", "data", "gpu_record", "parallel", "placement", "plots", "processes",
     "training", "multiworker", "launch_local_workers", "WorkerError", "WorkerFailed", "WorkerTimeout",
     "PortInUseError",
     "visibility", "widgets", "__version__",

@@ -102,8 +102,8 @@ def plan_verdict(plan: list[list[int]]) -> str:
         step, replica = empty[0]
         others = f" (and {len(empty) - 1} more empty slot(s))" if len(empty) > 1 else ""
         return (f"step {step + 1} gives replica {replica} no data{others}: with BatchNormalization that step "
-                "writes NaN into the replica's copy of the moving statistics, or, on CPU devices, crashes fit "
-                "on conv models (notebook 05).")
+                "writes NaN into the replica's copy of the moving statistics, or, with TensorFlow's oneDNN CPU "
+                "kernels, crashes fit on conv models; which one depends on the kernels (notebook 05).")
     uneven = [i for i, sizes in enumerate(plan) if len(set(sizes)) > 1]
     if uneven and uneven[0] == 0:
         return (f"step 1 splits unevenly {plan[0]}: tf.distribute accepts that, but Keras 3 fit refuses a "

@@ -1,6 +1,6 @@
 """The BatchNorm trap is a matrix, not one behaviour: model kind x BN setting x batching -> outcome.
 
-"no BN" rows separate what BatchNormalization does from what the model's other layers do: on CPU devices
+"no BN" rows separate what BatchNormalization does from what the model's other layers do: with oneDNN CPU kernels
 a Conv2D's gradient itself fails on an empty replica batch.
 
 Each case trains a small model for two epochs under ``MirroredStrategy`` over 4 devices on 1030 samples,
@@ -14,6 +14,12 @@ The outcome is one of
 
 A crashed collective can poison the whole process (every later ``fit`` fails), so cases run in child
 processes, and a case after a crash always gets a fresh one.
+
+The outcome depends on TensorFlow's CPU kernels (``cpu_kernels``): with oneDNN's kernels an empty replica batch
+crashes the conv net's ``fit``, with the portable Eigen kernels the same case trains into NaN or stays healthy,
+and on a GPU (the H100 record) nothing crashes. ``kernels=("onednn", "eigen")`` runs every case under both
+families, each in processes of its own (the family is fixed when TensorFlow is imported), so any machine shows
+both.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from ._args import require_choice, require_int, short
+from .cpu_kernels import FAMILIES, FAMILY_NAMES, family_env
 from .processes import BackgroundRun, child_environment, fork_enabled
 
 __all__ = ["MODELS", "BN_SETTINGS", "BATCHINGS", "DEFAULT_CASES", "CaseResult", "Matrix", "run_cases", "start_cases",
@@ -65,6 +72,7 @@ class CaseResult:
     spread: float                # largest difference of a finite copy from replica 0's
     nan_rows: int                # rows of predict under the strategy with NaN (of 1030)
     later_fit: str               # after a crash: "works" or the error a second fit raises
+    kernels: str = ""            # the CPU kernel family the case ran with: "onednn" or "eigen"
 
     @property
     def case(self) -> tuple[str, str, str]:
@@ -75,17 +83,49 @@ class CaseResult:
 class Matrix:
     results: tuple[CaseResult, ...]
 
-    def outcome(self, model: str, bn: str, batching: str) -> CaseResult:
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The CPU kernel families the cases ran with, in the order asked for."""
+        return tuple(dict.fromkeys(r.kernels for r in self.results))
+
+    @property
+    def cases(self) -> tuple[tuple[str, str, str], ...]:
+        return tuple(dict.fromkeys(r.case for r in self.results))
+
+    def outcome(self, model: str, bn: str, batching: str, kernels: str | None = None) -> CaseResult:
+        """One case's result; ``kernels`` picks the family when the matrix ran more than one."""
+        if kernels is None and len(self.families) > 1:
+            raise ValueError(f"Matrix.outcome: the cases ran under {len(self.families)} CPU kernel families; "
+                             f"name one: kernels={self.families[0]!r} or {self.families[1]!r}.")
         for r in self.results:
-            if r.case == (model, bn, batching):
+            if r.case == (model, bn, batching) and (kernels is None or r.kernels == kernels):
                 return r
-        raise KeyError(f"Matrix.outcome: no case ({short(model)}, {short(bn)}, {short(batching)}) was run.")
+        raise KeyError(f"Matrix.outcome: no case ({short(model)}, {short(bn)}, {short(batching)})"
+                       + (f" under {short(kernels)}" if kernels else "") + " was run.")
+
+    def side_by_side(self, **recorded: dict[tuple[str, str, str], str]) -> str:
+        """Each case's outcome under every family, in columns. ``recorded``: more columns, column name ->
+        {case: outcome} (e.g. the H100 record's: ``H100_recorded=kit.gpu_record.bn_outcomes()``)."""
+        columns = [(FAMILY_NAMES.get(f, f or "this process"), {r.case: r.outcome for r in self.results
+                                                                if r.kernels == f}) for f in self.families]
+        columns += [(name.replace("_", " "), outcomes) for name, outcomes in recorded.items()]
+        widths = [max(len(name), 11) for name, _ in columns]
+        head = f"{'model':<6} {'BatchNorm':<13} {'batches':<16} " + " ".join(
+            f"{name:<{w}}" for (name, _), w in zip(columns, widths))
+        lines = [head.rstrip(), "-" * len(head.rstrip())]
+        for case in self.cases:
+            cells = " ".join(f"{outcomes.get(case, '-'):<{w}}" for (_, outcomes), w in zip(columns, widths))
+            lines.append(f"{case[0]:<6} {case[1]:<13} {case[2]:<16} {cells}".rstrip())
+        return "\n".join(lines)
 
     def __repr__(self) -> str:
-        head = f"{'model':<6} {'BatchNorm':<13} {'batches':<16} {'outcome':<11} what you see"
+        multi = len(self.families) > 1
+        head = (f"{'model':<6} {'BatchNorm':<13} {'batches':<16} " + (f"{'kernels':<17}" if multi else "")
+                + f"{'outcome':<11} what you see")
         lines = [head, "-" * len(head)]
         for r in self.results:
-            lines.append(f"{r.model:<6} {r.bn:<13} {r.batching:<16} {r.outcome:<11} {r.detail}")
+            family = f"{FAMILY_NAMES.get(r.kernels, r.kernels):<17}" if multi else ""
+            lines.append(f"{r.model:<6} {r.bn:<13} {r.batching:<16} {family}{r.outcome:<11} {r.detail}")
         return "\n".join(lines)
 
 
@@ -196,7 +236,7 @@ else:
 '''
 
 
-def _classify(raw: dict[str, Any]) -> CaseResult:
+def _classify(raw: dict[str, Any], kernels: str = "") -> CaseResult:
     import math
 
     kind, bn, batching = raw["case"]
@@ -223,10 +263,24 @@ def _classify(raw: dict[str, Any]) -> CaseResult:
         detail = f"all copies finite; replicas drift apart by {raw['spread']:.2f}" if raw["spread"] > 1e-6 \
             else "all copies finite and identical"
     return CaseResult(kind, bn, batching, outcome, detail, losses, raw["nan_copies"], float(raw["spread"]),
-                      raw["nan_rows"], raw["later_fit"])
+                      raw["nan_rows"], raw["later_fit"], kernels)
 
 
-def _check(func: str, cases: Iterable[tuple[str, str, str]] | None, epochs: Any, processes: Any):
+def _check(func: str, cases: Iterable[tuple[str, str, str]] | None, epochs: Any, processes: Any,
+           kernels: Any = None):
+    if kernels is not None:
+        if isinstance(kernels, str):
+            kernels = (kernels,)
+        try:
+            kernels = tuple(kernels)
+        except TypeError:
+            raise ValueError(f"{func}: kernels must be None (this process's CPU kernels), 'onednn', 'eigen' or "
+                             f"both, e.g. kernels=('onednn', 'eigen'); got {short(kernels)}.") from None
+        if not kernels or len(set(kernels)) != len(kernels):
+            raise ValueError(f"{func}: kernels must name each family once, e.g. kernels=('onednn', 'eigen'); got "
+                             f"{short(kernels)}.")
+        for family in kernels:
+            require_choice(func, "kernels", family, FAMILIES)
     cases = [tuple(c) for c in (DEFAULT_CASES if cases is None else cases)]
     for case in cases:
         if len(case) != 3:
@@ -235,29 +289,40 @@ def _check(func: str, cases: Iterable[tuple[str, str, str]] | None, epochs: Any,
         require_choice(func, "bn", case[1], BN_SETTINGS)
         require_choice(func, "batching", case[2], BATCHINGS)
     return (cases, require_int(func, "epochs", epochs, minimum=1),
-            require_int(func, "processes", processes, minimum=1))
+            require_int(func, "processes", processes, minimum=1), kernels)
 
 
 def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: int = 2, processes: int = 2,
-              timeout: float = 300, on_result: Callable[[CaseResult, int, int], None] | None = None) -> Matrix:
+              timeout: float = 300, on_result: Callable[[CaseResult, int, int], None] | None = None,
+              kernels: str | Iterable[str] | None = None) -> Matrix:
     """Run BatchNorm cases, each a (model, bn, batching) from MODELS x BN_SETTINGS x BATCHINGS (default:
     DEFAULT_CASES, 8), in up to ``processes`` child processes at a time. ``on_result(result, done, total)`` is called
-    as each case finishes (for a progress bar). Results come back in the order of ``cases``."""
-    cases, epochs, processes = _check("run_cases", cases, epochs, processes)
+    as each case finishes (for a progress bar). ``kernels``: the CPU kernel families to run every case under
+    (``"onednn"``, ``"eigen"`` or both; None: the family this process's environment gives). Results come back
+    in the order of ``cases``, family by family."""
+    cases, epochs, processes, kernels = _check("run_cases", cases, epochs, processes, kernels)
+    families = kernels or ("",)
     forking = fork_enabled("GPUTRAIN_CASES_FORK")   # GPUTRAIN_CASES_FORK=0 or GPUTRAIN_FORK=0: no fork
+    # (family, queue) pairs. A family is fixed when TensorFlow is imported: each needs processes of its own.
     if forking:
-        # Linux: one child imports TensorFlow and forks up to `processes` cases at a time (one import in all).
-        queues, parallel = [list(cases)], processes
+        # Linux: one child per family imports TensorFlow and forks its cases, `processes` at a time in all.
+        parallel = max(1, processes // len(families))
+        queues = [(f, list(cases)) for f in families]
     else:
         # Likely crashes last: a crash ends its child, and every case after it needs a fresh one.
         order = sorted(cases, key=lambda c: (c[2] == "last step empty", c[0] == "conv", c[1] == "synchronized"))
-        queues, parallel = [order[i::processes] for i in range(processes)], 1
+        per_family = max(1, processes // len(families))
+        queues, parallel = [(f, order[i::per_family]) for f in families for i in range(per_family)], 1
+    total = len(cases) * len(families)
     results: dict[tuple, CaseResult] = {}
     lock = threading.Lock()
     failures: list[str] = []
-    env = child_environment("run_cases", {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    base = {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    envs = {f: child_environment("run_cases", {**base, **(family_env(f, "run_cases") if f else {})})
+            for f in families}
 
-    def worker(queue: list[tuple]) -> None:
+    def worker(family: str, queue: list[tuple]) -> None:
+        env = envs[family]
         while queue:
             with tempfile.TemporaryFile("w+") as errors:
                 proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(queue), str(epochs), str(parallel),
@@ -270,30 +335,31 @@ def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: in
                     for line in proc.stdout:
                         if not line.startswith(_MARK):
                             continue
-                        result = _classify(json.loads(line[len(_MARK):]))
+                        result = _classify(json.loads(line[len(_MARK):]), family)
                         done_here += 1
                         with lock:
-                            results[result.case] = result
+                            results[(family, result.case)] = result
                             if on_result is not None:
-                                on_result(result, len(results), len(cases))
+                                on_result(result, len(results), total)
                     proc.wait()
                 finally:
                     timer.cancel()
                 if not done_here:
                     errors.seek(0)
                     tail = "\n".join(errors.read().strip().splitlines()[-5:])
-                    failures.append(f"case {queue[0]} did not report (exit {proc.returncode}):\n{tail}")
+                    failures.append(f"case {queue[0]}{' (' + family + ')' if family else ''} did not report "
+                                    f"(exit {proc.returncode}):\n{tail}")
                     return
             queue = queue[done_here:]
 
-    threads = [threading.Thread(target=worker, args=(q,)) for q in queues if q]
+    threads = [threading.Thread(target=worker, args=(f, q)) for f, q in queues if q]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     if failures:
         raise RuntimeError("run_cases: " + "\n".join(failures))
-    return Matrix(tuple(results[c] for c in cases))
+    return Matrix(tuple(results[(f, c)] for f in families for c in cases))
 
 
 class PendingCases(BackgroundRun):
@@ -303,9 +369,12 @@ class PendingCases(BackgroundRun):
     unit = "case"
     bar_label = "cases run"
 
-    def __init__(self, cases: list[tuple[str, str, str]], epochs: int, processes: int, timeout: float):
+    def __init__(self, cases: list[tuple[str, str, str]], epochs: int, processes: int, timeout: float,
+                 kernels: tuple[str, ...] | None = None):
         super().__init__(lambda advance: run_cases(cases, epochs=epochs, processes=processes, timeout=timeout,
-                                                   on_result=lambda result, done, total: advance(done)), len(cases))
+                                                   kernels=kernels,
+                                                   on_result=lambda result, done, total: advance(done)),
+                         len(cases) * len(kernels or ("",)))
 
     def result(self, timeout: float | None = None) -> Matrix:
         """Wait for every case (at most ``timeout`` seconds) and return the Matrix."""
@@ -313,10 +382,10 @@ class PendingCases(BackgroundRun):
 
 
 def start_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: int = 2, processes: int = 2,
-                timeout: float = 300) -> PendingCases:
+                timeout: float = 300, kernels: str | Iterable[str] | None = None) -> PendingCases:
     """Like ``run_cases``, but in the background: returns at once (arguments checked first), so a notebook
     can go on while the child processes train. Two cases at a time by default: on a 2-core machine the
     notebook's own cells run slower meanwhile, but the cases are done sooner (``processes=1`` leaves the
     kernel a core)."""
-    cases, epochs, processes = _check("start_cases", cases, epochs, processes)
-    return PendingCases(cases, epochs, processes, timeout)
+    cases, epochs, processes, kernels = _check("start_cases", cases, epochs, processes, kernels)
+    return PendingCases(cases, epochs, processes, timeout, kernels)

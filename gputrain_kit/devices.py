@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _tf
+from . import _tf, cpu_kernels
 from ._args import require_choice, require_int
 
 __all__ = ["SetupError", "SetupReport", "Inventory", "setup", "device_names", "inventory", "current", "mode_for"]
@@ -40,6 +40,8 @@ class SetupReport:
     tensorflow: str
     keras: str
     notes: tuple[str, ...] = field(default=())
+    cpu_kernels: str = ""          # the CPU kernel family and why (cpu_kernels.detect().line())
+    kernel_family: str = ""        # "onednn" | "eigen"
 
     @property
     def simulated(self) -> bool:
@@ -66,6 +68,8 @@ class SetupReport:
 
         lines += [textwrap.fill(note, width=96, initial_indent="  note: ", subsequent_indent="        ",
                                 break_long_words=False, break_on_hyphens=False) for note in self.notes]
+        if self.cpu_kernels:
+            lines.append(f"  CPU kernels: {self.cpu_kernels}")
         lines.append(f"  TensorFlow {self.tensorflow}, Keras {self.keras}; seed {self.seed}; op determinism on.")
         return "\n".join(lines)
 
@@ -156,6 +160,16 @@ def setup(devices: int = 2, *, kind: str = "auto", memory_limit_mb: int | None =
             if gpus:
                 tf.config.set_visible_devices([], "GPU")
                 notes.append(f"kind='cpu': {len(gpus)} GPU(s) hidden from TensorFlow.")
+            # Memory statistics on every CPU: oneDNN's allocator keeps them, Eigen's default allocator does not,
+            # TensorFlow's BFC CPU allocator does under both (read at the first op, so set it now).
+            cpu_kernels.use_bfc_allocator()
+            bfc = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "")
+            if bfc.strip().lower() in ("1", "true"):
+                notes.append("memory statistics: TensorFlow's BFC CPU allocator (TF_CPU_ALLOCATOR_USE_BFC=true), "
+                             "the allocator family GPUs use, under either CPU kernel family.")
+            else:
+                notes.append(f"TF_CPU_ALLOCATOR_USE_BFC={bfc} was set before setup(): the CPU allocator may keep no "
+                             "memory statistics (notebooks 01, 03 and 08 need them); unset it and restart.")
             cpu = tf.config.list_physical_devices("CPU")[0]
             tf.config.set_logical_device_configuration(
                 cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(devices)])
@@ -205,9 +219,11 @@ def setup(devices: int = 2, *, kind: str = "auto", memory_limit_mb: int | None =
         notes.append("TensorFloat-32 off: float32 matmuls stay float32, so results compare with the "
                      "CPU run (TensorFlow's default on Ampere and newer GPUs is on).")
 
+    kernels = cpu_kernels.detect()
     report = SetupReport(mode=mode, devices=names[:devices], physical_gpus=tuple(g.name for g in gpus),
                          memory_limit_mb=limit, seed=seed, tensorflow=tf.__version__,
-                         keras=keras.__version__, notes=tuple(notes))
+                         keras=keras.__version__, notes=tuple(notes), cpu_kernels=kernels.short(),
+                         kernel_family=kernels.family)
     _state.update(args=args, report=report)
     return report
 
@@ -243,6 +259,7 @@ class Inventory:
     cuda_visible_devices: str | None
     physical_devices: tuple[tuple[str, str], ...]   # (device_type, name)
     devices_initialised: bool
+    cpu_kernels: str = ""                          # cpu_kernels.detect().line()
 
     @property
     def gpus(self) -> list[str]:
@@ -255,6 +272,7 @@ class Inventory:
         rows = [
             ("Python", self.python), ("platform", self.platform),
             ("TensorFlow", f"{self.tensorflow} ({build})"), ("Keras", self.keras),
+            ("CPU kernels", self.cpu_kernels or "unknown"),
             ("CUDA_VISIBLE_DEVICES", cvd),
             ("physical devices", ", ".join(f"{n} ({t})" for t, n in self.physical_devices) or "none"),
             ("devices initialised", "yes" if self.devices_initialised else "no (setup() can still run)"),
@@ -282,4 +300,5 @@ def inventory() -> Inventory:
         cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
         physical_devices=tuple((d.device_type, d.name) for d in tf.config.list_physical_devices()),
         devices_initialised=_tf.devices_initialised(),
+        cpu_kernels=cpu_kernels.detect().line(),
     )

@@ -71,6 +71,7 @@ def check_tensorflow() -> list[Check]:
     else:
         build = "CPU-only build"
     checks.append(Check(INFO, "TensorFlow build", build))
+    checks.append(check_cpu_kernels())
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
     checks.append(Check(INFO, "CUDA_VISIBLE_DEVICES", "<unset>" if cvd is None else repr(cvd)))
     gpus = [d.name for d in tf.config.list_physical_devices("GPU")]
@@ -83,6 +84,14 @@ def check_tensorflow() -> list[Check]:
     else:
         checks.append(Check(INFO, "GPUs", "none: the notebooks simulate devices by splitting the CPU."))
     return checks
+
+
+def check_cpu_kernels() -> Check:
+    """Which CPU kernel family TensorFlow runs here, why, and how bfloat16 runs (notebooks 00, 05, 08)."""
+    from . import cpu_kernels
+
+    kernels = cpu_kernels.detect()
+    return Check(INFO, "CPU kernels", f"{kernels.line()}; notebooks 05 and 08 run both families side by side")
 
 
 def check_packages() -> list[Check]:
@@ -143,6 +152,11 @@ with strategy.scope():
     model.compile(optimizer="sgd", loss="mse")
 model.fit(np.ones((8, 4), "float32"), np.zeros((8, 2), "float32"), batch_size=4, epochs=1, verbose=0)
 print("replicas", strategy.num_replicas_in_sync)
+try:   # notebooks 01, 03 and 08 read the allocator's statistics
+    tf.config.experimental.get_memory_info(k.device_names(1)[0])
+    print("memory statistics", "ok")
+except ValueError as err:
+    print("memory statistics", "missing:", err)
 """
 
 
@@ -155,7 +169,12 @@ def check_smoke(timeout: float = 240.0) -> Check:
     if proc.returncode != 0 or "replicas 2" not in proc.stdout:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return Check(FAIL, name, "failed: " + " | ".join(tail))
-    return Check(OK, name, "trained on 2 devices")
+    if "memory statistics ok" not in proc.stdout:
+        said = next((line for line in proc.stdout.splitlines() if line.startswith("memory statistics")), "")
+        return Check(FAIL, name, "trained on 2 devices, but TensorFlow's allocator keeps no memory statistics "
+                     f"({said.removeprefix('memory statistics ')}): notebooks 01, 03 and 08 would fail. Unset "
+                     "TF_CPU_ALLOCATOR_USE_BFC (setup() sets it to true) or set it to true.")
+    return Check(OK, name, "trained on 2 devices; the allocator's memory statistics work")
 
 
 def run_checks(quick: bool = False) -> list[Check]:

@@ -55,8 +55,10 @@ _ENTRIES = (
         "empty-replica-conv",
         "A replica got an empty batch (0 samples) and its convolution or BatchNorm gradient could not run on it.",
         "The last global batch was smaller than the number of replicas, so MirroredStrategy gave some replica "
-        "nothing; Conv2D and BatchNormalization then meet tensors of shape [0, ...] (a Dense model does not "
-        "crash: it silently writes NaN into BatchNorm's moving statistics).",
+        "nothing; Conv2D and BatchNormalization then meet tensors of shape [0, ...]. Whether that crashes "
+        "depends on the kernels: TensorFlow's oneDNN CPU kernels crash, its portable Eigen kernels and an H100 "
+        "train on (into NaN with BatchNorm's default scale=True), and a Dense model never crashes: it writes NaN "
+        "into BatchNorm's moving statistics.",
         _EMPTY_FIX, "notebook 05, sections 1 and 5"),
         (r"Unable to broadcast tensor of shape \[1,1,1,\d+\] to tensor of shape \[0,",
          r"RsqrtGrad.*got 1 and \d+", r"Incompatible shapes: \[0,")),

@@ -75,8 +75,20 @@ _LINES = {
                                     f"{', '.join(d.rsplit('/', 1)[-1].replace('device:', '') for d in v['computed'])} "
                                     f"({v['source']})",
     "bn_matrix": lambda v: "notebook 05's BatchNorm matrix on 4 logical GPUs:\n    " + "\n    ".join(v["rows"]),
+    "mixed_precision_peaks": lambda v: "notebook 08's twin on " + v["device"] + ", measured peak: " + ", ".join(
+        f"{name} {peak / 1e6:.1f} MB" for name, peak in v["peaks"].items()),
     "pipeline_idle": lambda v: "notebook 03's two stages on 2 logical GPUs:\n    " + "\n    ".join(v["lines"]),
 }
+
+def bn_outcomes() -> dict[tuple[str, str, str], str]:
+    """The recorded BatchNorm matrix as {(model, bn, batching): outcome}, for ``Matrix.side_by_side``."""
+    outcomes = {}
+    for row in RECORD["facts"]["bn_matrix"]["rows"][2:]:    # after the header and its rule
+        # the columns of bncases.Matrix's table: model 6, BatchNorm 13, batches 16, outcome 11
+        case = (row[0:6].strip(), row[7:20].strip(), row[21:37].strip())
+        outcomes[case] = row[38:49].strip()
+    return outcomes
+
 
 #: The facts ``show`` knows.
 KEYS = tuple(_LINES)
@@ -87,7 +99,9 @@ def lines(*keys: str) -> list[str]:
     unknown = [k for k in keys if k not in _LINES]
     if unknown:
         raise ValueError(f"gpu_record.lines: unknown fact {unknown[0]!r}; choose from {', '.join(KEYS)}.")
-    return [_LINES[k](RECORD["facts"][k]) for k in (keys or KEYS)]
+    return [_LINES[k](RECORD["facts"][k]) if k in RECORD["facts"] else
+            f"{k}: not in this record, which predates it (`make gpu-check` on a GPU machine records it)"
+            for k in (keys or KEYS)]
 
 
 def show(*keys: str) -> None:

@@ -28,6 +28,7 @@ from importlib import resources
 from typing import Any, Sequence
 
 from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short
+from .cpu_kernels import require_allocator_stats
 from .processes import BackgroundRun
 
 __all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "split_layers", "preset_profile",
@@ -296,6 +297,7 @@ def measure_training_step(model: Any, x: Any, y: Any) -> dict[str, int]:
         raise ValueError("measure_training_step: pass a built, compiled Keras model (model.compile(...)).")
     model.train_on_batch(x, y)
     device = short_device(getattr(model.weights[0], "value", model.weights[0]).device)
+    require_allocator_stats("measure_training_step", device)
     tf.config.experimental.reset_memory_stats(device)
     before = tf.config.experimental.get_memory_info(device)["current"]
     model.train_on_batch(x, y)
@@ -312,10 +314,12 @@ class MemoryMeasurement:
     peak_bytes: int       # the allocator's peak during a training step, model state included
     device: str           # the allocator measured (one device: every logical CPU shares one)
     config: dict
+    kernels: str = ""     # the CPU kernel family the measuring process ran: "onednn" or "eigen"
 
     def __repr__(self) -> str:
         return (f"MemoryMeasurement({self.config}): state {self.state_bytes / 1e6:.2f} MB, "
-                f"peak {self.peak_bytes / 1e6:.2f} MB on {self.device}'s allocator")
+                f"peak {self.peak_bytes / 1e6:.2f} MB on {self.device}'s allocator"
+                + (f", {self.kernels} CPU kernels" if self.kernels else ""))
 
 
 _MEASURE_BODY = r"""
@@ -368,7 +372,7 @@ def measure(config, source, name):
     x, y = batch_of(config["batch_size"] // k)
     held_between_steps(x, y, k)
     _, peak = held_between_steps(x, y, config["steps"] * k)
-    return {"state": int(state), "peak": int(peak), "device": device}
+    return {"state": int(state), "peak": int(peak), "device": device, "kernels": kit.cpu_kernels.detect().family}
 """
 
 # One configuration per process (any system).
@@ -449,18 +453,29 @@ def _measurement(values: dict, shown: dict, func: str) -> MemoryMeasurement:
         raise ValueError(f"{func}: TensorFlow's allocator on {values['device']} counted nothing held between steps "
                          f"for this model ({shown}); its statistics miss small allocations. Measure a model with "
                          "at least a megabyte of parameters, or estimate this one with estimate_memory.")
-    return MemoryMeasurement(int(values["state"]), int(values["peak"]), values["device"], shown)
+    return MemoryMeasurement(int(values["state"]), int(values["peak"]), values["device"], shown,
+                             values.get("kernels", ""))
 
 
-def _measure_in_own_process(source: str, name: str, config: dict, shown: dict, func: str) -> MemoryMeasurement:
+def _child_env(func: str, kernels: str | None) -> dict[str, str]:
+    """The measuring child's environment: the CPU kernel family asked for (None: this process's environment
+    decides, as it did for this process) and TensorFlow's BFC CPU allocator, whose statistics are the
+    measurement under either family."""
+    from .cpu_kernels import family_env
+
+    return family_env(kernels, func) if kernels is not None else {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+
+
+def _measure_in_own_process(source: str, name: str, config: dict, shown: dict, func: str,
+                            env: dict[str, str]) -> MemoryMeasurement:
     from .processes import run_child
 
     code = _MEASURE_CHILD.format(root=_root(), config=json.dumps(config), source=source, name=name)
-    return _measurement(run_child(code, timeout=300).values, shown, func)
+    return _measurement(run_child(code, timeout=300, env=env).values, shown, func)
 
 
 def _measure_forked(source: str, name: str, jobs: list[tuple[str, dict, dict]], processes: int, func: str,
-                    on_result: Any) -> dict[str, MemoryMeasurement]:
+                    on_result: Any, env: dict[str, str]) -> dict[str, MemoryMeasurement]:
     """Every job in a child forked from one process that imported TensorFlow (Linux)."""
     import subprocess
     import sys
@@ -477,7 +492,7 @@ def _measure_forked(source: str, name: str, jobs: list[tuple[str, dict, dict]], 
     refused: list[ValueError] = []       # measured, but nothing the allocator counted: the user's error
     with tempfile.TemporaryFile("w+") as errors:
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=errors, text=True,
-                                env=child_environment(func, None))
+                                env=child_environment(func, env))
         timer = threading.Timer(300 + 60 * len(jobs), proc.kill)
         timer.start()
         try:
@@ -519,7 +534,8 @@ def _forking() -> bool:
 
 
 def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtype_policy: str = "float32",
-                   remat: bool = False, accumulation_steps: int = 1, steps: int = 2) -> MemoryMeasurement:
+                   remat: bool = False, accumulation_steps: int = 1, steps: int = 2,
+                   kernels: str | None = None) -> MemoryMeasurement:
     """Train ``build()``'s model for ``steps`` steps in a fresh process and ask TensorFlow's allocator.
 
     ``build``: a zero-argument function, defined with ``def`` in a notebook cell or a script, returning an
@@ -531,13 +547,19 @@ def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtyp
     allocator: a model measured after another in one process would count what the first one left. On
     Linux it is forked from a process that has imported TensorFlow but not started it, which saves the
     import (about 4 s here); elsewhere, or with ``GPUTRAIN_MEASURE_FORK=0``, a new interpreter.
+
+    ``kernels``: the CPU kernel family to measure with, ``"onednn"`` or ``"eigen"`` (``cpu_kernels``); None
+    keeps this process's (its environment's) family. The process uses TensorFlow's BFC CPU allocator, whose
+    statistics work under both families, so this works from a plain script too, with or without ``setup()``.
     """
     source, config, shown = _measure_config(
         "measure_memory", build, batch_size=batch_size, optimizer=optimizer, dtype_policy=dtype_policy, remat=remat,
         accumulation_steps=accumulation_steps, steps=steps)
+    env = _child_env("measure_memory", kernels)
     if _forking():
-        return _measure_forked(source, build.__name__, [("one", config, shown)], 1, "measure_memory", None)["one"]
-    return _measure_in_own_process(source, build.__name__, config, shown, "measure_memory")
+        return _measure_forked(source, build.__name__, [("one", config, shown)], 1, "measure_memory", None,
+                               env)["one"]
+    return _measure_in_own_process(source, build.__name__, config, shown, "measure_memory", env)
 
 
 _LEVER_KEYS = ("batch_size", "optimizer", "dtype_policy", "remat", "accumulation_steps")
@@ -567,23 +589,25 @@ def _lever_jobs(func: str, build: Any, levers: Any, batch_size: int,
 
 
 def measure_levers(build: Any, levers: Any, *, batch_size: int, steps: int = 2, processes: int = 2,
-                   on_result: Any = None) -> dict[str, MemoryMeasurement]:
+                   on_result: Any = None, kernels: str | None = None) -> dict[str, MemoryMeasurement]:
     """``measure_memory`` for several configurations, each in a process of its own (forked from one that
     imported TensorFlow once, on Linux), up to ``processes`` at a time. ``levers``: name -> settings that
     differ from the default (``batch_size``, ``optimizer``, ``dtype_policy``, ``remat``,
     ``accumulation_steps``), e.g. ``{"Adam": {}, "SGD": {"optimizer": "sgd"}}``.
-    ``on_result(name, measurement, done, total)`` is called as each finishes. Results keep ``levers``' order."""
+    ``on_result(name, measurement, done, total)`` is called as each finishes. Results keep ``levers``' order.
+    ``kernels``: the CPU kernel family, as for ``measure_memory``."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     func = "measure_levers"
     processes = require_int(func, "processes", processes, minimum=1)
+    env = _child_env(func, kernels)
     source, jobs = _lever_jobs(func, build, levers, batch_size, steps)
     if _forking():
-        results = _measure_forked(source, build.__name__, jobs, processes, func, on_result)
+        results = _measure_forked(source, build.__name__, jobs, processes, func, on_result, env)
     else:
         results = {}
         with ThreadPoolExecutor(max_workers=processes) as pool:
-            futures = {pool.submit(_measure_in_own_process, source, build.__name__, config, shown, func): name
+            futures = {pool.submit(_measure_in_own_process, source, build.__name__, config, shown, func, env): name
                        for name, config, shown in jobs}
             for future in as_completed(futures):
                 results[futures[future]] = future.result()
@@ -599,9 +623,10 @@ class PendingMeasurements(BackgroundRun):
     unit = "measurement"
     bar_label = "measured"
 
-    def __init__(self, build: Any, levers: Any, batch_size: int, steps: int, processes: int):
+    def __init__(self, build: Any, levers: Any, batch_size: int, steps: int, processes: int,
+                 kernels: str | None = None):
         super().__init__(lambda advance: measure_levers(
-            build, levers, batch_size=batch_size, steps=steps, processes=processes,
+            build, levers, batch_size=batch_size, steps=steps, processes=processes, kernels=kernels,
             on_result=lambda name, measurement, done, total: advance(done)), len(levers))
 
     def result(self, timeout: float | None = None) -> dict[str, MemoryMeasurement]:
@@ -610,13 +635,14 @@ class PendingMeasurements(BackgroundRun):
 
 
 def start_measuring(build: Any, levers: Any, *, batch_size: int, steps: int = 2,
-                    processes: int = 2) -> PendingMeasurements:
+                    processes: int = 2, kernels: str | None = None) -> PendingMeasurements:
     """Like ``measure_levers``, but in the background: returns at once (every argument checked first), so
     a notebook can go on while the child processes measure."""
     func = "start_measuring"
     processes = require_int(func, "processes", processes, minimum=1)
+    _child_env(func, kernels)
     _lever_jobs(func, build, levers, batch_size, steps)
-    return PendingMeasurements(build, dict(levers), batch_size, steps, processes)
+    return PendingMeasurements(build, dict(levers), batch_size, steps, processes, kernels)
 
 
 def _remat_segment_class():

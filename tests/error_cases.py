@@ -42,6 +42,10 @@ case("memory.measure_levers", "levers", "a setting measure_memory does not take"
      "kit.memory.measure_levers(job, {'fast': {'learning_rate': 0.1}}, batch_size=8)")
 case("memory.start_measuring", "processes", "processes=0", "kit.memory.start_measuring(job, {'Adam': {}}, batch_size=8, "
      "processes=0)")
+case("measure_memory", "kernels", "an unknown CPU kernel family", "kit.measure_memory(job, batch_size=8, kernels='mkl')")
+case("bncases.start_cases", "kernels", "the same family twice",
+     "kit.bncases.start_cases(kernels=('eigen', 'eigen'))")
+case("bncases.run_cases", "kernels", "an unknown CPU kernel family", "kit.bncases.run_cases(kernels=('onednn', 'avx2'))")
 case("memory.dense_stack_profile", "head", "head=0", "kit.memory.dense_stack_profile(8, 512, head=0)")
 case("widgets.MemoryExplorer", "optimizer", "an optimizer the estimate does not know",
      "kit.widgets.MemoryExplorer(optimizer='lamb')")

@@ -1,4 +1,5 @@
-"""The BatchNorm matrix (notebook 05): model kind x BN setting x batching -> outcome, on the installed Keras.
+"""The BatchNorm matrix (notebook 05): model kind x BN setting x batching -> outcome, on the installed Keras,
+under both of TensorFlow's CPU kernel families (oneDNN and Eigen, forced per process), whatever this CPU's default.
 
 If Keras or TensorFlow changes one of these outcomes, the failing assertion names the row of notebook 05
 to update.
@@ -12,9 +13,42 @@ from gputrain_kit import bncases
 from gputrain_kit.errors import error_summary
 
 
+FAMILIES = ("onednn", "eigen")
+
+
 @pytest.fixture(scope="module")
-def matrix():
-    return bncases.run_cases(bncases.DEFAULT_CASES + bncases.OTHER_CASES)
+def both():
+    return bncases.run_cases(bncases.DEFAULT_CASES + bncases.OTHER_CASES, kernels=FAMILIES)
+
+
+class _OneFamily:
+    """``both`` seen through one family: ``outcome(model, bn, batching)`` as on a one-family matrix."""
+
+    def __init__(self, matrix, family):
+        self.matrix, self.family = matrix, family
+
+    def outcome(self, model, bn, batching):
+        return self.matrix.outcome(model, bn, batching, kernels=self.family)
+
+
+@pytest.fixture(params=FAMILIES)
+def matrix(both, request):
+    return _OneFamily(both, request.param)
+
+
+@pytest.fixture
+def onednn(both):
+    return _OneFamily(both, "onednn")
+
+
+@pytest.fixture
+def eigen(both):
+    return _OneFamily(both, "eigen")
+
+
+def test_both_families_ran_every_case(both):
+    assert both.families == FAMILIES and len(both.results) == 2 * len(both.cases) == 28
+    assert {r.kernels for r in both.results} == set(FAMILIES)
 
 
 def test_the_cases_cover_every_combination():
@@ -36,9 +70,9 @@ def test_dense_default_bn_gets_loud_in_epoch_two(matrix):
     assert r.losses[0] == r.losses[0], "epoch 1's loss is still finite: one epoch is not enough to notice"
 
 
-def test_conv_crashes_on_an_empty_replica_batch_with_or_without_scale(matrix):
+def test_conv_crashes_on_an_empty_replica_batch_with_onednn_kernels(onednn):
     for bn in ("scale=False", "scale=True"):
-        r = matrix.outcome("conv", bn, "last step empty")
+        r = onednn.outcome("conv", bn, "last step empty")
         assert r.outcome == "crash" and "Unable to broadcast tensor of shape [1,1,1,8] to tensor of shape [0,8,8,1]" \
             in r.detail
         assert r.later_fit == "works" and r.nan_copies == 2, "the crash still leaves NaN statistics behind"
@@ -46,8 +80,17 @@ def test_conv_crashes_on_an_empty_replica_batch_with_or_without_scale(matrix):
         assert kit.explain(r.detail).key == "empty-replica-conv"
 
 
-def test_synchronized_bn_is_no_fix_for_empty_steps_on_conv(matrix):
-    r = matrix.outcome("conv", "synchronized", "last step empty")
+def test_the_same_conv_cases_train_on_with_eigen_kernels(eigen):
+    """Eigen (most laptops) meets the empty batch without crashing, as the H100 did (docs/gpu.md)."""
+    assert eigen.outcome("conv", "no BN", "last step empty").outcome == "healthy"
+    loud = eigen.outcome("conv", "scale=True", "last step empty")
+    assert loud.outcome == "loud NaN" and loud.nan_copies == 26 and loud.nan_rows == 1030
+    assert eigen.outcome("conv", "synchronized", "last step empty").outcome == "healthy"
+    assert eigen.outcome("conv", "scale=False", "last step empty").outcome in ("silent NaN", "loud NaN")
+
+
+def test_synchronized_bn_is_no_fix_for_empty_steps_on_conv(onednn):
+    r = onednn.outcome("conv", "synchronized", "last step empty")
     assert r.outcome == "crash" and "Shape mismatch in the collective instance" in r.detail
     assert r.later_fit != "works" and "later fit in the same process fails too" in r.detail
     assert kit.explain(r.detail).key == "collective-shape-mismatch"
@@ -58,10 +101,10 @@ def test_synchronized_bn_survives_the_empty_step_on_this_dense_model(matrix):
     assert r.outcome == "healthy" and r.spread == 0.0
 
 
-def test_without_batchnorm_dense_survives_and_conv_still_crashes(matrix):
+def test_without_batchnorm_dense_survives_and_conv_still_crashes_with_onednn(matrix, onednn):
     dense = matrix.outcome("dense", "no BN", "last step empty")
     assert dense.outcome == "healthy" and dense.spread == 0.0
-    conv = matrix.outcome("conv", "no BN", "last step empty")
+    conv = onednn.outcome("conv", "no BN", "last step empty")
     assert conv.outcome == "crash" and "InvalidArgumentError" in conv.detail, conv
     assert conv.nan_copies == 0, "without BatchNorm the crash leaves nothing poisoned"
 
@@ -119,9 +162,9 @@ def test_forked_cases_report_what_a_fresh_interpreter_reports(monkeypatch):
 
     cases = [("dense", "scale=False", "last step empty"), ("conv", "synchronized", "last step empty"),
              ("dense", "synchronized", "last step empty")]
-    forked = bncases.run_cases(cases, processes=2)          # two forked children at a time
+    forked = bncases.run_cases(cases, processes=2, kernels="onednn")   # two forked children at a time
     monkeypatch.setenv("GPUTRAIN_CASES_FORK", "0")
-    plain = bncases.run_cases(cases, processes=1)
+    plain = bncases.run_cases(cases, processes=1, kernels="onednn")
     for a, b in zip(forked.results, plain.results):
         assert (a.outcome, a.nan_copies, a.nan_rows, a.later_fit[:40]) == (b.outcome, b.nan_copies, b.nan_rows,
                                                                          b.later_fit[:40]), (a, b)

@@ -23,6 +23,17 @@ def test_healthy_machine_passes_with_smoke_test():
         assert fragment in proc.stdout
 
 
+def test_doctor_names_the_cpu_kernels_and_fails_where_memory_statistics_would(tmp_path):
+    for family, value in (("oneDNN", "1"), ("Eigen (portable)", "0")):
+        proc = _doctor("doctor", "--quick", env={"TF_ENABLE_ONEDNN_OPTS": value})
+        assert f"[info] CPU kernels: {family} (TF_ENABLE_ONEDNN_OPTS={value} forces it); bfloat16 " in proc.stdout
+    # Eigen kernels with the BFC allocator turned off by hand: notebooks 01, 03 and 08 would fail.
+    proc = _doctor("doctor", env={"TF_ENABLE_ONEDNN_OPTS": "0", "TF_CPU_ALLOCATOR_USE_BFC": "false"})
+    assert proc.returncode == 1, proc.stdout
+    assert "keeps no memory statistics" in proc.stdout and "notebooks 01, 03 and 08 would fail" in proc.stdout
+    assert "TF_CPU_ALLOCATOR_USE_BFC" in proc.stdout
+
+
 def test_broken_tensorflow_fails_with_a_reason(tmp_path):
     fake = tmp_path / "tensorflow"
     fake.mkdir()

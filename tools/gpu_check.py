@@ -319,6 +319,23 @@ FACTS: dict[str, tuple[str, dict]] = {
     # Op determinism on GPU kernels: two fresh processes, bit for bit.
     "determinism_a": (DETERMINISM, {}),
     "determinism_b": (DETERMINISM, {}),
+    # Notebook 08, section 7: float32 against the 16-bit policies on a GPU, the notebook's twin model (its build
+    # function written to a file: measure_memory sends the child build's source).
+    "mixed_precision_peaks": ("""
+        import pathlib, sys, tempfile
+        import gputrain_kit as kit
+        folder = tempfile.mkdtemp()
+        pathlib.Path(folder, "twin.py").write_text(
+            "def build():\\n"
+            "    return keras.Sequential([keras.Input((512,))] + [keras.layers.Dense(512, activation='relu')\\n"
+            "                            for _ in range(8)] + [keras.layers.Dense(16)])\\n")
+        sys.path.insert(0, folder)
+        from twin import build
+        r = kit.memory.measure_levers(build, {"float32": {}, "mixed_bfloat16": {"dtype_policy": "mixed_bfloat16"},
+                                              "mixed_float16": {"dtype_policy": "mixed_float16"}}, batch_size=2048,
+                                      processes=1)
+        report(device=r["float32"].device, peaks={name: m.peak_bytes for name, m in r.items()})
+    """, {}),
     # device_activity on GPUs: four logical GPUs, then one whole GPU.
     "activity_split": ("""
         import gputrain_kit as kit
@@ -342,7 +359,7 @@ FACTS: dict[str, tuple[str, dict]] = {
 #: made the latter fail with "cudaSetDevice() on GPU:0 failed. Status: out of memory"), run alone, one after
 #: another; the others run side by side.
 ALONE = ("first_op_default", "device_lib_listing", "first_op_growth", "kit_setup_memory", "kit_setup_one_gpu",
-         "growth_before_split", "late_cuda_visible_devices", "growth_after_init")
+         "growth_before_split", "late_cuda_visible_devices", "growth_after_init", "mixed_precision_peaks")
 
 
 def _fact(name: str) -> dict:

@@ -1,0 +1,183 @@
+"""TensorFlow's two CPU kernel families (oneDNN, Eigen): what the kit reports, and the claims that depend on them.
+
+Every claim runs under both families, each forced with TF_ENABLE_ONEDNN_OPTS in a fresh process, so these tests
+check both on any machine, whichever family its CPU runs by default.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from gputrain_kit import cpu_kernels
+from gputrain_kit.bncases import Matrix, CaseResult
+from conftest import last_json, run_python
+
+FAMILY_ENV = {"onednn": "1", "eigen": "0"}
+
+
+NO_BFC = {"TF_CPU_ALLOCATOR_USE_BFC": "false"}    # TensorFlow's default CPU allocator, whatever this process set
+
+
+def test_default_family_follows_tensorflows_rule():
+    assert cpu_kernels.default_family({"avx2", "fma"}, "Linux", "x86_64")[0] == "eigen"
+    for feature in cpu_kernels.ONEDNN_DEFAULT_FEATURES:
+        family, why = cpu_kernels.default_family({"avx2", feature}, "Linux", "x86_64")
+        assert family == "onednn" and feature in why
+    assert cpu_kernels.default_family({"avx512_vnni"}, "Windows", "AMD64")[0] == "eigen"
+    assert cpu_kernels.default_family({"avx512_vnni"}, "Darwin", "arm64")[0] == "eigen"
+    assert cpu_kernels.bf16_by_onednn("onednn", {"avx512f"}) and not cpu_kernels.bf16_by_onednn("onednn", {"avx2"})
+    assert not cpu_kernels.bf16_by_onednn("eigen", {"avx512f", "avx512_bf16"})
+    with pytest.raises(ValueError, match="kernels"):
+        cpu_kernels.family_env("mkl")
+
+
+def test_predicted_default_is_what_tensorflow_runs_here():
+    """The rule above against the installed TensorFlow on this CPU, with no TF_ENABLE_ONEDNN_OPTS."""
+    if "TF_ENABLE_ONEDNN_OPTS" in os.environ:
+        pytest.skip("TF_ENABLE_ONEDNN_OPTS is set for this test run: TensorFlow's own default cannot be seen")
+    proc = run_python("""
+        import json
+        from gputrain_kit import cpu_kernels
+        k = cpu_kernels.detect()
+        print(json.dumps({"family": k.family, "default": k.default, "reason": k.reason}))
+    """)
+    out = last_json(proc)
+    assert out["family"] == out["default"], out
+
+
+@pytest.mark.parametrize("family", cpu_kernels.FAMILIES)
+def test_allocator_statistics_need_bfc_under_eigen_and_setup_arranges_it(family):
+    proc = run_python("""
+        import json, os
+        import tensorflow as tf
+        out = {}
+        try:
+            tf.config.experimental.get_memory_info("CPU:0"); out["plain"] = "ok"
+        except ValueError as err:
+            out["plain"] = str(err)
+        print(json.dumps(out))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": FAMILY_ENV[family]} | NO_BFC)
+    plain = last_json(proc)["plain"]
+    if family == "eigen":
+        assert "not available" in plain or "Cannot" in plain, plain     # Eigen's default allocator: no statistics
+    else:
+        assert plain == "ok"                                             # oneDNN's allocator keeps them
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        report = kit.setup(devices=2)
+        import tensorflow as tf, keras
+        before = tf.config.experimental.get_memory_info("CPU:0")["current"]
+        with tf.device("CPU:1"):
+            block = tf.zeros((1024, 1024))
+        grown = tf.config.experimental.get_memory_info("CPU:0")["current"] - before
+        print(json.dumps({"grown": grown, "family": report.kernel_family, "line": repr(report),
+                          "inventory": repr(kit.inventory())}))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": FAMILY_ENV[family]})
+    out = last_json(proc)
+    assert out["family"] == family
+    assert out["grown"] == 4 * 2**20          # one allocator for every logical CPU, under either family
+    assert f"CPU kernels: {cpu_kernels.FAMILY_NAMES[family]}, TF_ENABLE_ONEDNN_OPTS={FAMILY_ENV[family]} forces it" \
+        in out["line"]
+    assert "TF_CPU_ALLOCATOR_USE_BFC=true" in out["line"]
+    assert f"CPU kernels           {cpu_kernels.FAMILY_NAMES[family]} (" in out["inventory"]
+
+
+def test_without_setup_a_started_runtime_gets_an_error_that_names_the_fix():
+    proc = run_python("""
+        import json, tensorflow as tf, keras
+        from gputrain_kit.memory import measure_training_step
+        from gputrain_kit.cpu_kernels import AllocatorStatsError
+        net = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8)]); net.compile("sgd", "mse")
+        try:
+            measure_training_step(net, tf.ones((4, 8)), tf.ones((4, 8))); print(json.dumps("measured"))
+        except AllocatorStatsError as err:
+            print(json.dumps(str(err)))
+    """, env=NO_BFC | {"TF_ENABLE_ONEDNN_OPTS": "0"})
+    said = last_json(proc)
+    assert said.startswith("measure_training_step: ") and "TF_CPU_ALLOCATOR_USE_BFC=true" in said
+    assert "Restart" in said and "setup(" in said
+
+
+def test_measure_memory_from_a_plain_script_under_both_families():
+    """No setup() and no BFC variable in the caller: the measuring child arranges both."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        def build():
+            return keras.Sequential([keras.Input((256,)), keras.layers.Dense(512), keras.layers.Dense(512)])
+        out = {}
+        for family in ("onednn", "eigen"):
+            m = kit.measure_memory(build, batch_size=64, kernels=family)
+            out[family] = [m.state_bytes, m.peak_bytes, m.kernels]
+        m = kit.measure_memory(build, batch_size=64)
+        out["inherited"] = m.kernels
+        print(json.dumps(out))
+    """, env=NO_BFC | {"TF_ENABLE_ONEDNN_OPTS": "0"})
+    out = last_json(proc)
+    params = (256 * 512 + 512 + 512 * 512 + 512) * 4
+    for family in ("onednn", "eigen"):
+        state, peak, ran = out[family]
+        assert ran == family
+        assert 2.9 * params <= state <= 3.3 * params     # parameters + Adam's two slots
+        assert peak > state
+    assert out["inherited"] == "eigen"                   # kernels=None: the caller's environment decides
+
+
+def test_mixed_bfloat16_lowers_the_peak_exactly_where_onednn_runs_bf16():
+    """Notebook 08, section 7: measured under both families (4 steps each, one process at a time, as there);
+    "lowers" means by more than 5%, a peak moving by a few percent between runs."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        def build():
+            return keras.Sequential([keras.Input((512,))] + [keras.layers.Dense(512, activation="relu")
+                                    for _ in range(8)] + [keras.layers.Dense(16)])
+        out = {}
+        for family in ("onednn", "eigen"):
+            r = kit.memory.measure_levers(build, {"f32": {}, "bf16": {"dtype_policy": "mixed_bfloat16"}},
+                                          batch_size=2048, steps=4, processes=1, kernels=family)
+            out[family] = 1 - r["bf16"].peak_bytes / r["f32"].peak_bytes
+        print(json.dumps(out))
+    """)
+    saving = last_json(proc)
+    assert saving["eigen"] <= 0.05, f"emulated bf16 takes {saving['eigen']:.0%} off the peak"
+    if cpu_kernels.onednn_bf16():
+        assert saving["onednn"] > 0.05, f"oneDNN's bf16 kernels take only {saving['onednn']:.0%} off the peak"
+    else:   # oneDNN runs bf16 only with AVX-512: TensorFlow falls back to Eigen's emulation
+        assert saving["onednn"] <= 0.05, saving
+
+
+def test_batchnorm_matrix_depends_on_the_kernels():
+    """Notebook 05's claim: the same conv cases crash under oneDNN and train on under Eigen; Dense cases agree."""
+    cases = [("conv", "no BN", "last step empty"), ("conv", "scale=True", "last step empty"),
+             ("dense", "scale=False", "last step empty")]
+    proc = run_python(f"""
+        import json, gputrain_kit as kit
+        m = kit.bncases.run_cases({cases!r}, kernels=("onednn", "eigen"))
+        print(json.dumps([[r.kernels, list(r.case), r.outcome, r.detail] for r in m.results]))
+    """, timeout=400)
+    got = {(k, tuple(c)): (o, d) for k, c, o, d in last_json(proc)}
+    assert got[("onednn", cases[0])][0] == "crash"
+    assert got[("onednn", cases[1])][0] == "crash"
+    assert "Unable to broadcast tensor of shape [1,1,1,8] to tensor of shape [0,8,8,1]" in got[("onednn", cases[1])][1]
+    assert got[("eigen", cases[0])][0] == "healthy"
+    assert got[("eigen", cases[1])][0] == "loud NaN"
+    assert got[("onednn", cases[2])] == got[("eigen", cases[2])]
+    assert got[("eigen", cases[2])][0] == "silent NaN"
+
+
+def _result(family: str, case: tuple[str, str, str], outcome: str) -> CaseResult:
+    return CaseResult(*case, outcome, "detail", (), 0, 0.0, 0, "", family)
+
+
+def test_matrix_side_by_side_and_outcome_by_family():
+    a, b = ("conv", "no BN", "last step empty"), ("dense", "scale=False", "last step empty")
+    m = Matrix((_result("onednn", a, "crash"), _result("onednn", b, "silent NaN"),
+                _result("eigen", a, "healthy"), _result("eigen", b, "silent NaN")))
+    table = m.side_by_side(H100_recorded={a: "healthy"})
+    lines = table.splitlines()
+    assert lines[0].split() == ["model", "BatchNorm", "batches", "oneDNN", "Eigen", "(portable)", "H100", "recorded"]
+    assert lines[2].split()[-3:] == ["crash", "healthy", "healthy"]
+    assert lines[3].split()[-5:] == ["silent", "NaN", "silent", "NaN", "-"]
+    assert m.outcome(*a, kernels="eigen").outcome == "healthy"
+    with pytest.raises(ValueError, match="name one: kernels='onednn'"):
+        m.outcome(*a)
