@@ -138,11 +138,12 @@ import keras, numpy as np
 from gputrain_kit.errors import error_summary
 from gputrain_kit.replicas import replica_report
 
-cases, epochs, parallel = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-# Linux: TensorFlow is imported once, here, and never started; each case runs in a child forked from
-# this process, with its own runtime, so a crash costs no new import. Elsewhere: one process for the
-# cases until one crashes (the parent then starts a fresh one for the rest).
-FORK = int(sys.argv[4]) == 1     # the parent's decision (fork_enabled), not read again here
+cases, epochs = json.loads(sys.argv[1]), int(sys.argv[2])
+# Linux: TensorFlow is imported once, here, and never started; each case, read from stdin (the parent
+# decides how many run at a time, over every kernel family), runs in a child forked from this process, with
+# its own runtime, so a crash costs no new import. Elsewhere: the cases of argv in one process until one
+# crashes (the parent then starts a fresh one for the rest).
+FORK = int(sys.argv[3]) == 1     # the parent's decision (fork_enabled), not read again here
 N, BATCH, CLASSES = 1030, 64, 4
 rng = np.random.default_rng(0)
 y = rng.integers(0, CLASSES, N)
@@ -209,23 +210,32 @@ def say(out):   # one write per line: lines from children running side by side n
 
 
 if FORK:
-    waiting, running = list(cases), {}
-    while waiting or running:
-        while waiting and len(running) < parallel:   # up to `parallel` children at a time
-            case = waiting.pop(0)
-            sys.stdout.flush()
-            pid = os.fork()
+    import select
+    running, reading, buffered = {}, True, b""
+    while reading or running:
+        if reading and select.select([0], [], [], 0.02 if running else None)[0]:
+            chunk = os.read(0, 65536)
+            reading = bool(chunk)
+            buffered += chunk
+            *lines, buffered = buffered.split(b"\n")
+            for line in filter(None, lines):   # one case a line: fork it now
+                case = json.loads(line)
+                sys.stdout.flush()
+                pid = os.fork()
+                if pid == 0:
+                    start_runtime()
+                    say(run_case(*case))
+                    os._exit(0)
+                running[pid] = case
+        while running:
+            pid, status = os.waitpid(-1, os.WNOHANG if reading else 0)
             if pid == 0:
-                start_runtime()
-                say(run_case(*case))
-                os._exit(0)
-            running[pid] = case
-        pid, status = os.wait()
-        case = running.pop(pid)
-        if status:   # died before reporting: say so, as a crash of this case
-            say({"case": case, "losses": [], "later_fit": "not tried", "poisoned": [], "poisoned_replicas": [],
-                 "nan_copies": 0, "spread": 0.0, "nan_rows": 0,
-                 "error": f"the process running it died (wait status {status})"})
+                break
+            case = running.pop(pid)
+            if status:   # died before reporting: say so, as a crash of this case
+                say({"case": case, "losses": [], "later_fit": "not tried", "poisoned": [], "poisoned_replicas": [],
+                     "nan_copies": 0, "spread": 0.0, "nan_rows": 0,
+                     "error": f"the process running it died (wait status {status})"})
 else:
     start_runtime()
     for case in cases:
@@ -234,6 +244,78 @@ else:
         if out["error"]:
             break   # a crash may poison this process: the parent starts a fresh one for the rest
 '''
+
+
+def _run_forked(cases: list[tuple], families: tuple[str, ...], epochs: int, processes: int, timeout: float,
+                envs: dict[str, dict[str, str]], on_result: Callable | None) -> dict[tuple, CaseResult]:
+    """Linux: one process per kernel family imports TensorFlow and forks each case it is sent. ``processes``
+    cases run at a time over all families; a freed slot goes to the family with the most cases left, so
+    a family whose cases end early (a crash stops training) hands its slot to the other."""
+    import collections
+
+    total = len(cases) * len(families)
+    waiting = {f: collections.deque(cases) for f in families}
+    running = {f: 0 for f in families}
+    results: dict[tuple, CaseResult] = {}
+    failures: list[str] = []
+    lock = threading.Lock()
+    errors = {f: tempfile.TemporaryFile("w+") for f in families}
+    servers = {f: subprocess.Popen([sys.executable, "-c", _CHILD, "[]", str(epochs), "1"], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=errors[f], text=True, env=envs[f])
+               for f in families}
+
+    def feed() -> None:   # with the lock held: fill the free slots, then close the finished families' input
+        while sum(running.values()) < processes and any(waiting.values()):
+            family = max(families, key=lambda f: len(waiting[f]))
+            case = waiting[family].popleft()
+            running[family] += 1
+            try:
+                servers[family].stdin.write(json.dumps(case) + "\n")
+                servers[family].stdin.flush()
+            except OSError:   # the server is gone: its reader reports the cases it never ran
+                pass
+        for family, server in servers.items():
+            if not waiting[family] and not server.stdin.closed:
+                try:
+                    server.stdin.close()
+                except OSError:
+                    pass
+
+    def reader(family: str) -> None:
+        server = servers[family]
+        for line in server.stdout:
+            if not line.startswith(_MARK):
+                continue
+            result = _classify(json.loads(line[len(_MARK):]), family)
+            with lock:
+                results[(family, result.case)] = result
+                running[family] -= 1
+                if on_result is not None:
+                    on_result(result, len(results), total)
+                feed()
+        server.wait()
+
+    timers = [threading.Timer(timeout, server.kill) for server in servers.values()]
+    with lock:
+        feed()
+    threads = [threading.Thread(target=reader, args=(f,)) for f in families]
+    for t in timers + threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for t in timers:
+        t.cancel()
+    for family, server in servers.items():
+        missing = [c for c in cases if (family, c) not in results]
+        if missing:
+            errors[family].seek(0)
+            tail = "\n".join(errors[family].read().strip().splitlines()[-5:])
+            failures.append(f"case {missing[0]}{' (' + family + ')' if family else ''} did not report "
+                            f"(exit {server.returncode}):\n{tail}")
+        errors[family].close()
+    if failures:
+        raise RuntimeError("run_cases: " + "\n".join(failures))
+    return results
 
 
 def _classify(raw: dict[str, Any], kernels: str = "") -> CaseResult:
@@ -303,30 +385,28 @@ def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: in
     cases, epochs, processes, kernels = _check("run_cases", cases, epochs, processes, kernels)
     families = kernels or ("",)
     forking = fork_enabled("GPUTRAIN_CASES_FORK")   # GPUTRAIN_CASES_FORK=0 or GPUTRAIN_FORK=0: no fork
-    # (family, queue) pairs. A family is fixed when TensorFlow is imported: each needs processes of its own.
-    if forking:
-        # Linux: one child per family imports TensorFlow and forks its cases, `processes` at a time in all.
-        parallel = max(1, processes // len(families))
-        queues = [(f, list(cases)) for f in families]
-    else:
+    # A family is fixed when TensorFlow is imported: each needs processes of its own.
+    if not forking:
         # Likely crashes last: a crash ends its child, and every case after it needs a fresh one.
         order = sorted(cases, key=lambda c: (c[2] == "last step empty", c[0] == "conv", c[1] == "synchronized"))
         per_family = max(1, processes // len(families))
-        queues, parallel = [(f, order[i::per_family]) for f in families for i in range(per_family)], 1
+        queues = [(f, order[i::per_family]) for f in families for i in range(per_family)]
     total = len(cases) * len(families)
-    results: dict[tuple, CaseResult] = {}
-    lock = threading.Lock()
-    failures: list[str] = []
     base = {"TF_CPP_MIN_LOG_LEVEL": "3"}
     envs = {f: child_environment("run_cases", {**base, **(family_env(f, "run_cases") if f else {})})
             for f in families}
+    if forking:
+        results = _run_forked(cases, families, epochs, processes, timeout, envs, on_result)
+        return Matrix(tuple(results[(f, c)] for f in families for c in cases))
+    results: dict[tuple, CaseResult] = {}
+    lock = threading.Lock()
+    failures: list[str] = []
 
     def worker(family: str, queue: list[tuple]) -> None:
         env = envs[family]
         while queue:
             with tempfile.TemporaryFile("w+") as errors:
-                proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(queue), str(epochs), str(parallel),
-                                         str(int(forking))],
+                proc = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(queue), str(epochs), "0"],
                                         stdout=subprocess.PIPE, stderr=errors, text=True, env=env)
                 timer = threading.Timer(timeout, proc.kill)
                 timer.start()

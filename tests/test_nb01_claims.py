@@ -109,9 +109,11 @@ def test_nb01_exercise_checks():
     assert "Not answered" in repr(check.nb01_locking_call(...))
 
 
-def test_simulated_devices_share_one_allocator_with_memory_statistics():
-    """Section 5: get_memory_info works on CPUs (its docstring says it raises there), counts a tensor's
-    bytes, keeps the peak until reset_memory_stats; every logical CPU reports the same allocator."""
+@pytest.mark.parametrize("onednn", ["1", "0"])
+def test_simulated_devices_share_one_allocator_with_memory_statistics(onednn):
+    """Section 5: get_memory_info works on CPUs (its docstring says it raises there) under both CPU kernel
+    families (setup() asks for the BFC allocator), counts a tensor's bytes, keeps the peak until
+    reset_memory_stats; every logical CPU reports the same allocator."""
     proc = run_python("""
         import json, gputrain_kit as k
         k.setup(devices=4)
@@ -130,14 +132,14 @@ def test_simulated_devices_share_one_allocator_with_memory_statistics():
         reset = mem(names[0])
         print(json.dumps({"start": start, "held": held, "freed": freed, "reset": reset, "device": device,
                           "doc": "only supports GPU and TPU" in tf.config.experimental.get_memory_info.__doc__}))
-    """)
+    """, env={"TF_ENABLE_ONEDNN_OPTS": onednn})
     out = last_json(proc)
     size = 1024 * 1024 * 4
     assert out["doc"] and out["device"].endswith("CPU:1")
     assert out["start"]["peak"] == out["start"]["current"]                          # reset: peak = current
     assert all(h == out["held"][0] for h in out["held"])                            # one allocator for all
     assert out["held"][0]["current"] - out["start"]["current"] == size
-    assert out["held"][0]["peak"] - out["start"]["current"] == size
+    assert size <= out["held"][0]["peak"] - out["start"]["current"] <= size + 1024   # and a scalar or two
     assert out["freed"]["current"] == out["start"]["current"] and out["freed"]["peak"] == out["held"][0]["peak"]
     assert out["reset"]["peak"] == out["reset"]["current"] == out["start"]["current"]   # reset via CPU:1
 

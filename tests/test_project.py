@@ -100,7 +100,7 @@ def test_the_github_workflow_is_a_thin_wrapper_over_ci_run():
     workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
     triggers = workflow.get("on", workflow.get(True))           # YAML 1.1 reads a bare `on` as True
     assert {"push", "pull_request"} <= set(triggers)
-    (job,) = workflow["jobs"].values()
+    job = workflow["jobs"]["test"]
     assert job["runs-on"].startswith("ubuntu")
     commands = "\n".join(step.get("run", "") for step in job["steps"])
     assert ".ci/run" in commands
@@ -108,6 +108,11 @@ def test_the_github_workflow_is_a_thin_wrapper_over_ci_run():
         assert logic not in commands, f"{logic!r} in the workflow: keep test logic in .ci/run"
     uses = [step.get("uses", "") for step in job["steps"]]
     assert any(u.startswith("actions/upload-artifact") for u in uses)
+    # Apple Silicon (issue 29): every notebook runs there, through make; outputs are Linux x86's, so not compared
+    mac = workflow["jobs"]["notebooks-macos-arm64"]
+    assert mac["runs-on"] == "macos-14"                                   # GitHub's Apple Silicon runner
+    mac_commands = "\n".join(step.get("run", "") for step in mac["steps"])
+    assert "make install doctor" in mac_commands and "--nbval-lax" in mac_commands and "notebooks" in mac_commands
     assert any(u.startswith("actions/setup-python") for u in uses) and any(u.startswith("actions/cache") for u in uses)
 
 

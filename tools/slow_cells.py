@@ -54,9 +54,9 @@ REASONS: dict[tuple[str, str], str] = {
         "replica's copy of the statistics read before and after: the claim needs both calls",
     ("05", "with kit.expect_error(kit.ReplicaHealthError"): "a new model on the trap under ReplicaHealth, which "
         "stops it at the end of the first epoch: the step traced again for 4 replicas",
-    ("05", "matrix = pending.result()"): "waits for the 8 BatchNorm cases started in section 1 (2 epochs each, "
-        "2 at a time, forked from one process that imported TensorFlow once): 2 epochs show the loss turning "
-        "NaN in epoch 2",
+    ("05", "matrix = pending.result()"): "waits for the 12 BatchNorm cases started in section 1: 6 cases under "
+        "each CPU kernel family, one process per family that imported TensorFlow once (the family is fixed at "
+        "import), each case forked from it, 2 epochs each: 2 epochs show the loss turning NaN in epoch 2",
     ("06", "from gputrain_kit.lrscaling import batch_sweep"): "4 trainings of 10 epochs (batches 32 to 1024) "
         "on one device: 10 epochs is where the large batches' accuracy gap is clear",
     ("06", "scaled = batch_sweep("): "8 more trainings of 10 epochs, with the scaled rate with and without "
@@ -75,6 +75,9 @@ REASONS: dict[tuple[str, str], str] = {
     ("08", "measured = pending.result()"): "waits for the memory measurements started in section 1: each "
         "configuration's training steps measured in a process of its own, forked from one that imported "
         "TensorFlow once",
+    ("08", "precision = {family: run.result()"): "waits for float32 and mixed_bfloat16 measured under each CPU "
+        "kernel family (one process per family, which imports TensorFlow: the family is fixed at import), 4 "
+        "measured steps each",
 }
 
 
