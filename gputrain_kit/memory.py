@@ -34,7 +34,8 @@ from .processes import BackgroundRun
 __all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "split_layers", "preset_profile",
            "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "measure_training_step", "DTYPE_POLICIES",
            "ZERO_STAGES", "remat_checkpoints", "measure_memory", "MemoryMeasurement",
-           "measure_levers", "start_measuring", "PendingMeasurements", "rematerialize"]
+           "measure_levers", "start_measuring", "PendingMeasurements", "start_measuring_families",
+           "PendingFamilies", "rematerialize"]
 
 OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1, "sgd-momentum": 1, "sgd": 0}
 PRESETS = {
@@ -632,6 +633,50 @@ class PendingMeasurements(BackgroundRun):
     def result(self, timeout: float | None = None) -> dict[str, MemoryMeasurement]:
         """Wait for every measurement (at most ``timeout`` seconds) and return them by name."""
         return super().result(timeout)
+
+
+class PendingFamilies(BackgroundRun):
+    """The same measurements under each CPU kernel family, one family after another in the background
+    (``start_measuring_families``): ``.result()`` waits and returns ``{family: {name: MemoryMeasurement}}``."""
+
+    unit = "family"
+    bar_label = "families"
+
+    def __init__(self, build: Any, levers: Any, batch_size: int, steps: int, families: tuple[str, ...]):
+        def work(advance: Any) -> dict[str, dict[str, MemoryMeasurement]]:
+            results = {}
+            for done, family in enumerate(families, start=1):
+                results[family] = measure_levers(build, levers, batch_size=batch_size, steps=steps, processes=1,
+                                                 kernels=family)
+                advance(done)
+            return results
+
+        super().__init__(work, len(families))
+
+    def result(self, timeout: float | None = None) -> dict[str, dict[str, MemoryMeasurement]]:
+        """Wait for every family (at most ``timeout`` seconds) and return the measurements by family, then name."""
+        return super().result(timeout)
+
+
+def start_measuring_families(build: Any, levers: Any, *, batch_size: int, steps: int = 2,
+                             families: Any = None) -> PendingFamilies:
+    """``measure_levers`` once per CPU kernel family (``cpu_kernels.FAMILIES`` by default), in the background.
+
+    TensorFlow fixes its kernel family when it is imported, so each family runs in processes of its own; the
+    families run one after another, one process at a time, so that this adds one process's memory beside the
+    notebook whatever the number of families. Every argument is checked before anything starts."""
+    from .cpu_kernels import FAMILIES
+
+    func = "start_measuring_families"
+    if families is None:
+        families = FAMILIES
+    if isinstance(families, str) or not isinstance(families, (list, tuple)) or not families:
+        raise ArgumentTypeError(f"{func}: families must be a non-empty tuple of CPU kernel families from "
+                                f"{FAMILIES}, got {short(families)}; e.g. families=('onednn', 'eigen').")
+    for family in families:
+        _child_env(func, family)
+    _lever_jobs(func, build, levers, batch_size, steps)
+    return PendingFamilies(build, dict(levers), batch_size, steps, tuple(families))
 
 
 def start_measuring(build: Any, levers: Any, *, batch_size: int, steps: int = 2,

@@ -42,6 +42,8 @@ case("memory.measure_levers", "levers", "a setting measure_memory does not take"
      "kit.memory.measure_levers(job, {'fast': {'learning_rate': 0.1}}, batch_size=8)")
 case("memory.start_measuring", "processes", "processes=0", "kit.memory.start_measuring(job, {'Adam': {}}, batch_size=8, "
      "processes=0)")
+case("memory.start_measuring_families", "families", "one family as a string instead of a tuple",
+     "kit.memory.start_measuring_families(job, {'Adam': {}}, batch_size=8, families='eigen')")
 case("measure_memory", "kernels", "an unknown CPU kernel family", "kit.measure_memory(job, batch_size=8, kernels='mkl')")
 case("bncases.start_cases", "kernels", "the same family twice",
      "kit.bncases.start_cases(kernels=('eigen', 'eigen'))")

@@ -6,7 +6,7 @@ import pytest
 
 from gputrain_kit import estimate_memory
 from gputrain_kit.memory import (dense_stack_profile, measure_levers, measure_memory, remat_checkpoints,
-                                 start_measuring)
+                                 start_measuring, start_measuring_families)
 
 STACK = dense_stack_profile(9, 1024)
 
@@ -182,6 +182,22 @@ def test_start_measuring_runs_in_the_background_and_checks_first():
     result = pending.result(timeout=240)
     assert bar.value == bar.max == 2 and pending.done == 2
     assert result["SGD"].state_bytes < result["Adam"].state_bytes     # Adam's two slots per parameter
+
+
+def test_start_measuring_families_measures_each_family_one_after_another():
+    """Notebook 08's mixed-precision comparison: each family in processes of its own (the family is fixed at
+    import), reported as such; bad arguments refused before anything starts."""
+    with pytest.raises(TypeError, match=r"families must be a non-empty tuple.*got 'eigen'"):
+        start_measuring_families(small_conv, {"Adam": {}}, batch_size=32, families="eigen")
+    with pytest.raises(ValueError, match="kernels"):
+        start_measuring_families(small_conv, {"Adam": {}}, batch_size=32, families=("eigen", "avx2"))
+    pending = start_measuring_families(small_conv, {"Adam": {}, "SGD": {"optimizer": "sgd"}}, batch_size=32)
+    bar = pending.progress_bar()
+    result = pending.result(timeout=240)
+    assert list(result) == ["onednn", "eigen"] and bar.value == bar.max == 2
+    for family, measured in result.items():
+        assert [m.kernels for m in measured.values()] == [family, family]
+        assert measured["SGD"].state_bytes < measured["Adam"].state_bytes
 
 
 def small_conv():
