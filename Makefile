@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Same environment for the executor, nbval and the tests: reproducible hashing.
 export PYTHONHASHSEED := 0
 
-.PHONY: lab test unit nbval notebooks install doctor bench lock screenshots errors-doc gpu-check clean
+.PHONY: lab test lint unit nbval notebooks install doctor bench lock screenshots errors-doc gpu-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,7 +27,12 @@ lab: $(STAMP)
 
 # Unit tests first, then strict nbval over every notebook. Stored outputs are the simulated-device
 # run, so notebooks are executed and compared with GPUs hidden, on any machine.
-test: unit nbval
+test: lint unit nbval
+
+# ruff (pyflakes, pycodestyle's errors, bugbear) on the kit, the tests and the tools; mypy on the kit's types.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check gputrain_kit tests tools
+	$(VENV)/bin/mypy
 
 # Independent test files run on $(UNIT_WORKERS) processes (pytest-xdist; a file's tests stay together, sharing
 # their module's fixtures); then the tests marked `timing` (a widget's update time, shares of busy time) run

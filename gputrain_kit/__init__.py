@@ -5,23 +5,37 @@ package does not import TensorFlow; ``setup()`` does, quietly.
 """
 from __future__ import annotations
 
-from . import (activity, bncases, bntrap, branches, check, checkpoints, counting, cpu_kernels, data, explainer, feeding, gpu_record,
-               lrscaling, memory,
-               multiworker, netns, parallel, pipeline, placement, plots, processes, replicas, saving, scaling, training,
-               visibility, widgets)
 from .activity import DeviceActivity, ProfilerBusyError, device_activity
 from .replicas import ReplicaHealthError, check_batch_plan, replica_report
 from .batching import plan_batches
 from .devices import SetupError, SetupReport, current, device_names, inventory, setup
 from .errors import error_summary, expect_error
 from .explainer import ExplainedError, Explanation, explain, explain_errors
-from .memory import MemoryMeasurement, estimate_memory, measure_memory
+from .measure import MemoryMeasurement, measure_memory
+from .memory import estimate_memory
 from .multiworker import PortInUseError, WorkerError, WorkerFailed, WorkerTimeout, launch_local_workers
 from .saving import load_verified, save_verified
 from .scaling import scaling_model
 from .visibility import parse_cuda_visible_devices
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The installed distribution's version: written once, in pyproject.toml."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("gputrain-kit")
+    except PackageNotFoundError:     # the source tree without an install
+        return "0+unknown"
+
+
+__version__ = _version()
+
+#: Submodules, imported on first use (``kit.memory``, ``kit.check``, ...): importing the kit stays light (PEP 562).
+SUBMODULES = ("activity", "batchnorm", "bncases", "branches", "check", "checkpoints", "cluster", "counting",
+              "cpu_kernels", "data", "devices", "doctor", "errors", "explainer", "feeding", "gpu_record", "lrscaling",
+              "measure", "memory", "multiworker", "netns", "parallel", "pipeline", "placement", "plots", "processes",
+              "replicas", "saving", "scaling", "training", "visibility", "widgets")
 
 __all__ = [
     "setup", "device_names", "inventory", "current", "plan_batches", "expect_error", "error_summary", "bncases",
@@ -30,15 +44,19 @@ __all__ = [
     "parse_cuda_visible_devices", "estimate_memory", "measure_memory", "MemoryMeasurement", "branches", "memory", "pipeline",
     "save_verified", "load_verified", "saving", "checkpoints",
     "scaling_model", "scaling", "feeding", "lrscaling",
-    "replica_report", "ReplicaHealth", "ReplicaHealthError", "check_batch_plan", "replicas", "bntrap",
+    "replica_report", "ReplicaHealth", "ReplicaHealthError", "check_batch_plan", "replicas",
     "SetupError", "SetupReport", "check", "counting", "cpu_kernels", "data", "gpu_record", "parallel", "placement", "plots", "processes",
     "training", "multiworker", "launch_local_workers", "WorkerError", "WorkerFailed", "WorkerTimeout",
     "PortInUseError",
-    "visibility", "widgets", "__version__",
+    "visibility", "widgets", "__version__", "measure", "batchnorm", "cluster",
 ]
 
 
 def __getattr__(name: str):
+    if name in SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
     if name == "ReplicaHealth":  # a Keras callback: built on first use so importing the kit stays TF-free
         from .replicas import ReplicaHealth
         return ReplicaHealth

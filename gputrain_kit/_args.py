@@ -60,7 +60,14 @@ def require_bool(func: str, name: str, value: Any) -> bool:
     return value
 
 
-def require_choice(func: str, name: str, value: Any, choices: Iterable[str]) -> str:
+def require_str(func: str, name: str, value: Any) -> str:
+    """Return ``value`` if it is a string, or raise ArgumentTypeError naming the argument and what was given."""
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{func}: {name} must be a string, got {short(value)}.")
+    return value
+
+
+def require_choice(func: str, name: str, value: Any, choices: Iterable[Any]) -> Any:
     choices = tuple(choices)
     if value not in choices:
         options = ", ".join(repr(c) for c in choices)

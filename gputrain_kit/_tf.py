@@ -12,14 +12,14 @@ import contextlib
 import os
 import sys
 import tempfile
-from typing import Iterator
+from typing import IO, Iterator
 
 #: Environment defaults applied before TensorFlow is imported (a user's own value wins).
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 @contextlib.contextmanager
-def _fd2_to_tempfile() -> Iterator[tempfile.SpooledTemporaryFile]:
+def _fd2_to_tempfile() -> Iterator[IO[bytes]]:
     """Send everything written to file descriptor 2 into a temporary file."""
     with tempfile.TemporaryFile(mode="w+b") as sink:
         try:

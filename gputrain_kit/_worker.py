@@ -11,7 +11,6 @@ import json
 import linecache
 import os
 import runpy
-import signal
 import sys
 import traceback
 
@@ -20,16 +19,11 @@ def _die_with_launcher() -> None:
     """Linux: have the kernel SIGKILL this worker when its launcher dies (a restarted notebook kernel),
     so no worker outlives it holding ports and CPU. Set here, not between fork and exec: the launcher
     has threads running, where a pre-exec hook is unsafe."""
+    from ._children.lifecycle import die_with_parent
+
     launcher = os.environ.get("GPUTRAIN_LAUNCHER_PID")
-    if not launcher or not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
-    except Exception:
-        return
-    if os.getppid() != int(launcher):       # it died before prctl took effect
-        sys.exit(1)
+    if launcher:
+        die_with_parent(int(launcher))
 
 
 def _quiet_tensorflow() -> None:
@@ -44,7 +38,7 @@ def _quiet_tensorflow() -> None:
 
 
 def _run(spec: dict) -> None:
-    from .multiworker import report
+    from ._children.protocol import report
     if spec["kind"] == "script":
         sys.argv = [spec["path"], *spec["args"]]
         sys.path.insert(0, os.path.dirname(spec["path"]))   # as `python job.py` would: its folder first

@@ -20,6 +20,7 @@ launcher closes the socket, or after ``GPUTRAIN_ZYGOTE_IDLE_S`` seconds (default
 """
 from __future__ import annotations
 
+import atexit
 import io
 import itertools
 import json
@@ -82,6 +83,7 @@ def _send(sock: socket.socket, message: dict) -> None:
 
 
 def serve(fd: int) -> int:
+    from ._children.lifecycle import fork
     from ._worker import _die_with_launcher, _quiet_tensorflow
 
     _die_with_launcher()
@@ -102,9 +104,7 @@ def serve(fd: int) -> int:
             if not data:                 # the launcher closed its end: stop
                 break
             request = json.loads(data)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            pid = os.fork()
+            pid = fork()
             if pid == 0:
                 _child(request, fds[0], sock)
             for each in fds:
@@ -151,9 +151,9 @@ class ForkedWorker:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
             time.sleep(0.01)
-        return self.returncode
+        return int(self.returncode or 0)
 
     def kill(self) -> None:
         try:
@@ -273,3 +273,42 @@ if __name__ == "__main__":
         sys.exit(serve(int(sys.argv[1])))
     except OSError:                      # the launcher went away (its end of the socket is closed)
         sys.exit(0)
+
+
+# One zygote per process, kept for the next launch: the workers' (``multiworker``).
+_lock = threading.Lock()
+_shared: Zygote | None = None
+
+
+def close_shared() -> None:
+    global _shared
+    with _lock:
+        if _shared is not None:
+            _shared.close()
+            _shared = None
+
+
+atexit.register(close_shared)      # a kernel that exits stops its zygote (and any worker still running)
+
+
+def shared_zygote(env: dict[str, str]) -> Zygote | None:
+    """Linux: the process the workers are forked from, started on first use and kept for the next launch
+    with the same environment (TensorFlow and Keras imported once instead of once per worker).
+    None elsewhere, with GPUTRAIN_FORK=0, or if it cannot start: each worker is then a fresh process."""
+    global _shared
+    from ._children.runner import fork_enabled
+
+    if not fork_enabled():
+        return None
+    with _lock:
+        if _shared is not None and _shared.owner != os.getpid():
+            _shared = None                  # inherited through a fork of this process: the parent's, not ours
+        if _shared is not None and (not _shared.alive() or _shared.env != env):
+            _shared.close()                 # gone idle, or another environment (it is read at import)
+            _shared = None
+        if _shared is None:
+            try:
+                _shared = Zygote(env)
+            except ZygoteError:
+                return None
+        return _shared

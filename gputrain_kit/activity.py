@@ -41,34 +41,37 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from ._args import short
+from ._trace import (_default_device, _function_names, _gpu_intervals, _host_intervals, _logical_gpu_intervals,
+                     merge, node_devices)
+from .placement import normalize_device
 
-__all__ = ["device_activity", "DeviceActivity", "ProfilerBusyError", "merge", "overlap_seconds"]
+__all__ = ["device_activity", "DeviceActivity", "ProfilerBusyError", "merge", "overlap_seconds", "op_kind"]
 
-# Events that move data or mark the graph, not compute on a device.
-_NOT_COMPUTE = {"_Send", "_Recv", "_HostSend", "_HostRecv", "NoOp", "Placeholder", "_Arg", "_Retval",
-                "Const", "_EagerConst"}
-_DEVICE = re.compile(r"(?:device:)?(CPU|GPU|TPU):(\d+)\s*$", re.IGNORECASE)
 
 
 class ProfilerBusyError(RuntimeError):
     """Another TensorFlow profiler session is running: only one can run in a process."""
 
 
-def normalize_device(name: str) -> str:
-    """``/job:localhost/replica:0/task:0/device:CPU:1`` or ``/cpu:1`` -> ``/device:CPU:1``; '' stays ''."""
-    m = _DEVICE.search(name or "")
-    return f"/device:{m.group(1).upper()}:{m.group(2)}" if m else ""
+_OPTIMIZER_SCOPES = ("sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax", "nadam", "ftrl", "lion",
+                     "lamb", "loss_scale_optimizer", "optimizer")
 
 
-def merge(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The union of time spans as sorted, disjoint spans."""
-    out: list[list[float]] = []
-    for start, end in sorted(spans):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(a, b) for a, b in out]
+def op_kind(op_name: str) -> str:
+    """What an op of a training step does, from its name and type: forward, backward, gradient
+    reduction (the all-reduce, or the sum on one device that ReductionToOneDevice does) or update."""
+    node, _, op_type = op_name.rpartition(":")
+    node = node or op_name
+    scopes = [re.sub(r"_\d+$", "", part).lower() for part in node.split("/")]
+    in_optimizer = any(s in _OPTIMIZER_SCOPES for s in scopes)
+    if (op_type.startswith(("Collective", "Nccl")) or "allreduce" in op_type.lower()
+            or (in_optimizer and op_type in ("AddN", "ConcatV2", "SplitV", "Pack", "Unpack"))):
+        return "gradient reduction"
+    if "gradient_tape" in scopes or op_type.endswith("Grad") or "Grad" in op_type:
+        return "backward"
+    if in_optimizer or op_type.startswith(("ResourceApply", "Assign")):
+        return "update"
+    return "forward"
 
 
 def _length(spans: Iterable[tuple[float, float]]) -> float:
@@ -154,7 +157,7 @@ class DeviceActivity:
         time_in: dict[str, float] = {}
         for (_, s, e, _), fn in zip(self.intervals, self.functions):
             time_in[fn] = time_in.get(fn, 0.0) + e - s
-        main = max(time_in, key=time_in.get)
+        main = max(time_in, key=lambda fn: time_in[fn])
         spans = [(s, e) for (_, s, e, _), fn in zip(self.intervals, self.functions) if fn == main]
         return (min(s for s, _ in spans), max(e for _, e in spans))
 
@@ -174,6 +177,20 @@ class DeviceActivity:
         least = min(_length(sa), _length(sb))
         return overlap_seconds(sa, sb) / least if least else 0.0
 
+    def bars(self) -> tuple[list[str], dict[tuple[int, str], list[tuple[float, float]]]]:
+        """What a timeline draws: the row labels (each device, then "input (host)" when the input pipeline did
+        any work), and the spans of each (row, kind) pair, kind being ``op_kind`` of each op."""
+        self._ready("bars()")
+        devices = list(self.devices)
+        bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
+        for device, start, end, op in self.intervals:
+            bars.setdefault((devices.index(device), op_kind(op)), []).append((start, end))
+        labels = [d.replace("/device:", "") for d in devices]
+        if self.input_intervals:
+            bars[(len(devices), "input pipeline")] = merge((s, e) for s, e, _ in self.input_intervals)
+            labels.append("input (host)")
+        return labels, bars
+
     def plot(self, title: str | None = None, ax: Any = None, whole: bool = False):
         """A matplotlib Figure: one row per device (and one for the input pipeline), ops as bars. It
         shows the training steps; ``whole=True`` shows the set-up before them too."""
@@ -189,180 +206,6 @@ class DeviceActivity:
         shares = ", ".join(f"{d.replace('/device:', '')} {s:.0%}" for d, s in self.shares().items())
         return (f"DeviceActivity on {kind}: {len(self.intervals)} ops in {self.wall_s:.2f} s; "
                 f"share of compute: {shares}")
-
-
-def _default_device(devices: Sequence[str]) -> str:
-    gpus = [d for d in devices if ":GPU:" in d]
-    return "/device:GPU:0" if gpus else "/device:CPU:0"
-
-
-def _function_names(plane: Any) -> set[str]:
-    names = {k: v.name for k, v in plane.stat_metadata.items()}
-    found: set[str] = set()
-    for line in plane.lines:
-        for event in line.events:
-            for stat in event.stats:
-                if names.get(stat.metadata_id) in ("eager_op", "func_name"):
-                    value = stat.str_value or names.get(stat.ref_value, "")
-                    if value.startswith("__inference"):
-                        found.add(value)
-    return found
-
-
-# Ops on a resource (a variable) that TensorFlow colocates with the variable when no device is requested.
-_RESOURCE_OP = re.compile(r"ReadVariableOp|Assign\w*VariableOp|Resource\w+|VarIsInitializedOp|VarHandleOp|"
-                          r"DestroyResourceOp")
-
-
-def node_devices(function_names: Iterable[str], default: str,
-                 functions: dict[str, str] | None = None) -> dict[str, str | None]:
-    """Node path (as the trace names it) -> device, for the given functions of the eager context.
-
-    A node's device is the one it requested, else its caller's, else ``default`` (where the placer
-    puts an op that asks for nothing). A variable op that asks for nothing runs where its variable
-    lives, which the function does not say; it gets the device requested by another op on the same
-    variable, else by an op that uses its result, else ``default`` when nothing in the function asks
-    for a device, else None (left out of the timeline). ``functions``, when given, is filled with
-    node path -> the traced function it belongs to.
-
-    Limit: a variable op that requests a device other than its variable's runs where the variable
-    lives (TensorFlow colocates them) but is shown where it was requested; create each variable on
-    the device that uses it (notebook 03) and the two agree.
-    """
-    from tensorflow.python.eager import context
-
-    ctx = context.context()
-    out: dict[str, str | None] = {}
-
-    def source(ref: str) -> str:
-        return ref.lstrip("^").split(":", 1)[0]
-
-    def walk(name: str, prefix: str, inherited: str, depth: int, top: str) -> None:
-        if depth > 20:
-            return
-        try:
-            fdef = ctx.get_function_def(name)
-        except Exception:       # a tf.data function: not in the eager context's library
-            return
-        asked = {node.name: normalize_device(node.device) or inherited for node in fdef.node_def}
-        anything_asked = any(asked.values())
-        by_resource: dict[str, str] = {}      # a variable (the input it comes from) -> a device asked for it
-        by_consumer: dict[str, str] = {}      # a node -> a device asked by a node that uses its result
-        for node in fdef.node_def:
-            if not asked[node.name]:
-                continue
-            for ref in node.input:
-                by_consumer.setdefault(source(ref), asked[node.name])
-            if _RESOURCE_OP.fullmatch(node.op) and node.input:
-                by_resource.setdefault(source(node.input[0]), asked[node.name])
-        for node in fdef.node_def:
-            device = asked[node.name]
-            if not device and _RESOURCE_OP.fullmatch(node.op):
-                device = (by_resource.get(source(node.input[0])) if node.input else None) \
-                    or by_consumer.get(node.name) or (None if anything_asked else default)
-                out[prefix + node.name] = device
-            else:
-                out[prefix + node.name] = device or default
-            if functions is not None:
-                functions[prefix + node.name] = top
-            for attr in node.attr.values():
-                if attr.func.name:
-                    walk(attr.func.name, prefix + node.name + "/", asked[node.name], depth + 1, top)
-
-    for name in function_names:
-        walk(name, "", "", 0, name)
-    return out
-
-
-def _host_intervals(plane: Any, nodes: dict[str, str | None], t0_ps: int, functions: dict[str, str]):
-    intervals, inputs, unattributed = [], [], 0.0
-    for line in plane.lines:
-        base = line.timestamp_ns * 1000 - t0_ps
-        on_data_thread = line.name.startswith("tf_data")
-        for event in line.events:
-            name = plane.event_metadata[event.metadata_id].name
-            start = (base + event.offset_ps) / 1e12
-            end = start + event.duration_ps / 1e12
-            if on_data_thread:
-                # The pipeline's own work: user functions (map, generator, filter) and the workers that
-                # fill prefetch / parallel-map buffers. Not the consumer's GetNext, which includes waiting.
-                if name.startswith("InstantiatedCapturedFunction::Run") or name.endswith("Produce"):
-                    inputs.append((start, end, name))
-                continue
-            if ":" not in name or "::" in name or " " in name:
-                continue
-            node, op_type = name.rsplit(":", 1)
-            if op_type in _NOT_COMPUTE:
-                continue
-            if any(k in op_type for k in ("Iterator", "Dataset", "Optional")):
-                continue                                  # the step asking the input pipeline for a batch
-            device = nodes.get(node)
-            if device is None:                            # not in a known function, or a variable op
-                unattributed += event.duration_ps / 1e12
-                continue
-            intervals.append((device, start, end, f"{node}:{op_type}", functions.get(node, "")))
-    return intervals, inputs, unattributed
-
-
-def _stream_kernels(space: Any, t0_ps: int):
-    """(GPU plane's device name, stream line's name, the kernel's op, start s, end s) of every kernel on a
-    physical GPU's streams, in the trace's time (seconds from ``t0_ps``)."""
-    for plane in space.planes:
-        if not re.fullmatch(r"/device:GPU:\d+", plane.name):
-            continue
-        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
-        for line in plane.lines:
-            if not line.name.lower().startswith("stream"):
-                continue
-            base = line.timestamp_ns * 1000 - t0_ps
-            for event in line.events:
-                start = (base + event.offset_ps) / 1e12
-                yield plane.name, line.name, _kernel_op(plane, event, stat_names), start, start + event.duration_ps / 1e12
-
-
-def _gpu_intervals(space: Any, devices: Sequence[str], t0_ps: int):
-    """Whole GPUs: each plane is one device."""
-    return [(device, start, end, op, "") for device, _, op, start, end in _stream_kernels(space, t0_ps)
-            if device in devices]
-
-
-def _kernel_op(plane: Any, event: Any, stat_names: dict[int, str]) -> str:
-    meta = plane.event_metadata[event.metadata_id]
-    op = meta.display_name or meta.name
-    for stat in list(event.stats) + list(meta.stats):
-        if stat_names.get(stat.metadata_id) == "tf_op":
-            op = stat.str_value or stat_names.get(stat.ref_value, op)
-    return op
-
-
-def _logical_gpu_intervals(space: Any, nodes: dict[str, str | None], devices: Sequence[str], t0_ps: int,
-                           diagnostics: dict | None = None):
-    """Kernels of the physical GPUs' streams, each given to the logical GPU its op ran on.
-
-    Logical GPUs of one physical GPU share its trace plane, so the plane does not say which logical
-    device ran a kernel; the kernel's ``tf_op`` names its op ("node:type"), and the node's device
-    comes from the traced functions (``nodes``), as on the host path. Kernels whose op is unknown are
-    left out and counted. Returns (intervals, unattributed seconds)."""
-    stripped: dict[str, set] = {}     # a node path without its first part (the call node) -> its devices
-    for node, device in nodes.items():
-        if "/" in node:
-            stripped.setdefault(node.split("/", 1)[1], set()).add(device)
-    intervals, unattributed, seen = [], 0.0, []
-    for _, line_name, op, start, end in _stream_kernels(space, t0_ps):
-        if diagnostics is not None and len(seen) < 40:
-            seen.append([line_name, op])
-        node = op.rsplit(":", 1)[0]
-        device = nodes.get(node)
-        if device is None and len(stripped.get(node, ())) == 1:
-            device = next(iter(stripped[node]))
-        if device in devices:
-            intervals.append((device, start, end, op, ""))
-        else:
-            unattributed += end - start
-    if diagnostics is not None:
-        diagnostics.update(kernels=seen, nodes=list(nodes)[:40], planes=[p.name for p in space.planes],
-                           attributed=len(intervals), unattributed_s=unattributed)
-    return intervals, unattributed
 
 
 class device_activity:
@@ -430,7 +273,8 @@ class device_activity:
             if exc_type is None:
                 self._read(tf)
         finally:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
         r = self._result
         r.wall_s = wall
         r.overhead_s = self._overhead + time.perf_counter() - started
@@ -439,7 +283,7 @@ class device_activity:
     def _read(self, tf: Any) -> None:
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
-        files = glob.glob(os.path.join(self._dir, "**", "*.xplane.pb"), recursive=True)
+        files = glob.glob(os.path.join(self._dir or "", "**", "*.xplane.pb"), recursive=True)
         if len(files) != 1:
             raise RuntimeError(f"device_activity: TensorFlow {tf.__version__}'s profiler wrote {len(files)} "
                                "trace files (*.xplane.pb) where the kit expects one: its output layout changed. "
@@ -456,26 +300,27 @@ class device_activity:
         t0_ps = min((line.timestamp_ns * 1000 + min(e.offset_ps for e in line.events)
                      for line in host[0].lines if line.events), default=0)
         functions: dict[str, str] = {}
-        nodes = node_devices(_function_names(host[0]), _default_device(self._devices), functions)
+        devices = self._devices or ()                # set by __enter__ before any trace is read
+        nodes = node_devices(_function_names(host[0]), _default_device(devices), functions)
         intervals, inputs, unattributed = _host_intervals(host[0], nodes, t0_ps, functions)
         r = self._result
         r.source = "host ops"
         if self._gpus_whole:
-            gpu = _gpu_intervals(space, self._devices, t0_ps)
+            gpu = _gpu_intervals(space, devices, t0_ps)
             if gpu:
                 intervals, r.source = gpu, "GPU planes"
         elif self._gpus_logical:
             # On GPUs the host's op events are launches, not compute: read the kernels themselves.
             diagnostics: dict | None = {} if os.environ.get("GPUTRAIN_ACTIVITY_DUMP") else None
-            gpu, missed = _logical_gpu_intervals(space, nodes, self._devices, t0_ps, diagnostics)
+            gpu, missed = _logical_gpu_intervals(space, nodes, devices, t0_ps, diagnostics)
             if diagnostics is not None:
                 import json
                 with open(os.environ["GPUTRAIN_ACTIVITY_DUMP"], "a") as f:
                     f.write(json.dumps({**diagnostics, "host_attributed": len(intervals)}, default=str) + "\n")
             if gpu:
                 intervals, unattributed, r.source = gpu, missed, "GPU planes, by op name"
-        kept = sorted((i for i in intervals if i[0] in self._devices), key=lambda i: i[1])
+        kept = sorted((i for i in intervals if i[0] in devices), key=lambda i: i[1])
         r.intervals = [i[:4] for i in kept]
         r.functions = [i[4] for i in kept]
-        r.unattributed_s = unattributed + sum(i[2] - i[1] for i in intervals if i[0] not in self._devices)
+        r.unattributed_s = unattributed + sum(i[2] - i[1] for i in intervals if i[0] not in devices)
         r.input_intervals = sorted(inputs)

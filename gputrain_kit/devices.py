@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -11,7 +11,6 @@ import argparse
 import importlib
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,37 +141,21 @@ def check_memory() -> Check:
     return Check(OK, "memory", f"{total:.1f} GiB")
 
 
-SMOKE = """
-import gputrain_kit as k
-k.setup(devices=2)
-import numpy as np, tensorflow as tf, keras
-strategy = tf.distribute.MirroredStrategy(k.device_names(2))
-with strategy.scope():
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    model.compile(optimizer="sgd", loss="mse")
-model.fit(np.ones((8, 4), "float32"), np.zeros((8, 2), "float32"), batch_size=4, epochs=1, verbose=0)
-print("replicas", strategy.num_replicas_in_sync)
-try:   # notebooks 01, 03 and 08 read the allocator's statistics
-    tf.config.experimental.get_memory_info(k.device_names(1)[0])
-    print("memory statistics", "ok")
-except ValueError as err:
-    print("memory statistics", "missing:", err)
-"""
-
-
 def check_smoke(timeout: float = 240.0) -> Check:
+    """``_children/smoke.py`` in a fresh process: 2 devices, one epoch, the allocator's statistics."""
+    from ._children import Job, run_jobs
+
     name = "smoke test (2 devices, MirroredStrategy, one epoch)"
-    try:
-        proc = subprocess.run([sys.executable, "-c", SMOKE], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    outcome = run_jobs("smoke", [Job("smoke")], processes=1, timeout=timeout, fork=False, func="doctor")["smoke"]
+    if outcome.timed_out:
         return Check(FAIL, name, f"did not finish in {timeout:.0f} s: the machine is overloaded or TensorFlow hangs.")
-    if proc.returncode != 0 or "replicas 2" not in proc.stdout:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    if not outcome.ok or (outcome.values or {}).get("replicas") != 2:
+        tail = (outcome.error or str(outcome.values)).strip().splitlines()[-3:]
         return Check(FAIL, name, "failed: " + " | ".join(tail))
-    if "memory statistics ok" not in proc.stdout:
-        said = next((line for line in proc.stdout.splitlines() if line.startswith("memory statistics")), "")
+    said = (outcome.values or {}).get("memory_statistics", "")
+    if said != "ok":
         return Check(FAIL, name, "trained on 2 devices, but TensorFlow's allocator keeps no memory statistics "
-                     f"({said.removeprefix('memory statistics ')}): notebooks 01, 03 and 08 would fail. Unset "
+                     f"({said}): notebooks 01, 03 and 08 would fail. Unset "
                      "TF_CPU_ALLOCATOR_USE_BFC (setup() sets it to true) or set it to true.")
     return Check(OK, name, "trained on 2 devices; the allocator's memory statistics work")
 

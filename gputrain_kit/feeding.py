@@ -5,7 +5,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["StepTimes", "measure_steps", "standardize_python", "standardize_tf", "slow_python_pipeline",
+__all__ = ["StepTimes", "measure_steps", "standardize_python", "standardize_tf",
            "fast_tf_pipeline"]
 
 
@@ -58,18 +58,6 @@ def standardize_tf(images: Any):
     mean = tf.reduce_mean(images, axis=-1, keepdims=True)
     std = tf.math.reduce_std(images, axis=-1, keepdims=True) + 1e-6
     return tf.clip_by_value((images - mean) / std, -3.0, 3.0)
-
-
-def slow_python_pipeline(x: Any, y: Any, batch_size: int = 64):
-    """``standardize_python`` on one sample at a time (tf.py_function, which holds the GIL), no overlap."""
-    import tensorflow as tf
-
-    def preprocess(image, label):
-        image = tf.py_function(standardize_python, [image], tf.float32)
-        image.set_shape(x.shape[1:])
-        return image, label
-
-    return tf.data.Dataset.from_tensor_slices((x, y)).map(preprocess).batch(batch_size)
 
 
 def fast_tf_pipeline(x: Any, y: Any, batch_size: int = 64):

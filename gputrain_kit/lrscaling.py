@@ -18,7 +18,7 @@ __all__ = ["linear_scaled_lr", "warmup_schedule", "batch_sweep", "first_steps"]
 
 
 def _positive(func: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) > 0:
         raise ValueError(f"{func}: {name} must be a positive number, got {short(value)}.")
     return float(value)
 

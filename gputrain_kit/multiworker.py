@@ -25,12 +25,10 @@ On Linux the workers are forked from one process that imported TensorFlow once
 """
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,17 +40,17 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ._args import require_bool, require_int, short
+from .cluster import WorkerTask, chief_or_scratch_dir, free_ports, running, tf_config, worker_task
+from .cluster import _HOST, _port_is_free
 from .netns import PrivateNetwork, start_private_network, worker_command
-from .processes import child_environment, fork_enabled, function_source
-from ._zygote import Zygote, ZygoteError
+from ._children.protocol import parse, report
+from .processes import child_environment, function_source
+from ._zygote import ZygoteError, shared_zygote
 
 __all__ = ["launch_local_workers", "WorkerResult", "LocalRun", "WorkerError", "WorkerFailed",
            "WorkerTimeout", "PortInUseError", "free_ports", "tf_config", "worker_task", "WorkerTask",
            "report", "chief_or_scratch_dir", "running", "ExposedWorkersWarning"]
 
-_MARK = "__gputrain_kit_worker__"
-_HOST = "127.0.0.1"
-_ANY = ""          # TensorFlow's gRPC server listens on every interface (0.0.0.0:port)
 #: Lines in worker logs that mean its gRPC server could not bind its port.
 _PORT_CLASH = ("Address already in use", "Could not start gRPC server", "Failed to add port")
 #: Lines that mean a worker failed only because a peer disappeared (not the root cause).
@@ -143,125 +141,6 @@ class LocalRun:
             have = sorted({k for w in self.workers for k in w.values})
             raise KeyError(f"worker(s) {missing} did not report {name!r}; reported names: {have}.")
         return [w.values[name] for w in self.workers]
-
-
-# --------------------------------------------------------------------------- cluster description
-def free_ports(count: int, host: str = _ANY) -> list[int]:
-    """``count`` distinct ports that are free on every interface now (the OS picks them)."""
-    count = require_int("free_ports", "count", count, minimum=1, maximum=64)
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((host, 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def running(pids: Sequence[int]) -> list[int]:
-    """The process ids in ``pids`` that are still running (to check that no worker was left behind)."""
-    alive = []
-    for pid in pids:
-        pid = require_int("running", "each pid", pid, minimum=1)
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            continue
-        except PermissionError:        # exists, owned by someone else
-            alive.append(pid)
-            continue
-        try:                           # a zombie has exited: it is not running
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-        except OSError:
-            pass
-        alive.append(pid)
-    return alive
-
-
-def _port_is_free(port: int, host: str = _ANY) -> bool:
-    """Could a server listen on ``port``? SO_REUSEADDR, as gRPC uses: closed connections lingering
-    in TIME_WAIT do not count, a process listening there does."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def tf_config(workers: Sequence[str], index: int) -> str:
-    """The ``TF_CONFIG`` JSON for worker ``index`` of a cluster of ``host:port`` addresses.
-
-    Every host gets the same cluster and its own index; on a real cluster, export it
-    on each host before starting the same script there.
-    """
-    if isinstance(workers, str) or not isinstance(workers, Sequence) or not workers:
-        raise ValueError("tf_config: workers must be a non-empty list of 'host:port' strings, "
-                         "e.g. ['gpu-a:12345', 'gpu-b:12345'].")
-    for address in workers:
-        host, _, port = str(address).rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"tf_config: {short(address)} is not 'host:port'; write e.g. 'gpu-a:12345'.")
-    if len(set(workers)) != len(workers):
-        raise ValueError(f"tf_config: addresses must be distinct, got {list(workers)}.")
-    index = require_int("tf_config", "index", index, minimum=0, maximum=len(workers) - 1)
-    return json.dumps({"cluster": {"worker": list(workers)}, "task": {"type": "worker", "index": index}})
-
-
-# --------------------------------------------------------------------------- inside a worker
-@dataclass(frozen=True)
-class WorkerTask:
-    """Which worker this process is: ``index`` of ``count``; worker 0 is the chief."""
-    index: int
-    count: int
-
-    @property
-    def is_chief(self) -> bool:
-        return self.index == 0
-
-
-def worker_task() -> WorkerTask:
-    """Read ``TF_CONFIG`` of this process (inside a worker). Without it: worker 0 of 1."""
-    raw = os.environ.get("TF_CONFIG")
-    if not raw:
-        return WorkerTask(0, 1)
-    try:
-        config = json.loads(raw)
-        return WorkerTask(int(config["task"]["index"]), len(config["cluster"]["worker"]))
-    except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"worker_task: TF_CONFIG is not valid ({err}): {raw[:200]!r}") from err
-
-
-def chief_or_scratch_dir(path: str | os.PathLike) -> str:
-    """Where this worker should write a checkpoint: ``path`` on the chief, a scratch folder elsewhere.
-
-    With MultiWorkerMirroredStrategy every worker must take part in saving, but only
-    the chief's copy is kept; the others write to a throw-away directory.
-    """
-    task = worker_task()
-    if task.is_chief:
-        return os.fspath(path)
-    return tempfile.mkdtemp(prefix=f"gputrain-worker{task.index}-")
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "tolist"):     # numpy scalars and arrays, tf EagerTensor via .numpy()
-        return value.tolist()
-    if hasattr(value, "numpy"):
-        return value.numpy().tolist()
-    raise TypeError(f"worker values must be JSON-able (numbers, strings, lists, dicts); "
-                    f"got {type(value).__name__}: convert it, e.g. float(x) or x.tolist().")
-
-
-def report(**values: Any) -> None:
-    """Send values back to ``launch_local_workers`` (call it inside a worker)."""
-    print(_MARK + json.dumps(values, default=_json_default), flush=True)
 
 
 # --------------------------------------------------------------------------- the launcher
@@ -359,7 +238,7 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
     started nothing (``gputrain_kit._zygote``): the first launch pays that import, later launches with
     the same environment reuse it (it exits after 5 idle minutes, or with this process). Each worker
     starts its own runtime, environment and random state, as a fresh process does.
-    ``GPUTRAIN_WORKER_FORK=0`` (or ``GPUTRAIN_FORK=0``) starts every worker as a fresh Python instead.
+    ``GPUTRAIN_FORK=0`` starts every worker as a fresh Python instead.
     """
     func = "launch_local_workers"
     workers = require_int(func, "workers", workers, minimum=1, maximum=16)
@@ -378,7 +257,7 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
     if private_network is not None and not isinstance(private_network, bool):
         raise TypeError(f"{func}: private_network must be None (isolate where possible), True (required) or "
                         f"False, got {short(private_network)}.")
-    emit = _stream_to_stdout if log == "stream" else log
+    emit: Callable[[int, str], None] | None = _stream_to_stdout if log == "stream" else (log if callable(log) else None)
     payload = _payload(func, script_or_function, args, kwargs or {})
 
     if ports is not None:
@@ -438,42 +317,6 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
             network.close()
 
 
-_zygote_lock = threading.Lock()
-_zygote: Zygote | None = None
-
-
-def _close_zygote() -> None:
-    global _zygote
-    with _zygote_lock:
-        if _zygote is not None:
-            _zygote.close()
-            _zygote = None
-
-
-atexit.register(_close_zygote)      # a kernel that exits stops its zygote (and any worker still running)
-
-
-def _zygote_for(env: dict[str, str]) -> Zygote | None:
-    """Linux: the process the workers are forked from, started on first use and kept for the next launch
-    with the same environment (TensorFlow and Keras imported once instead of once per worker).
-    None elsewhere, with GPUTRAIN_WORKER_FORK=0 or GPUTRAIN_FORK=0, or if it cannot start: each worker is then a fresh process."""
-    global _zygote
-    if not fork_enabled("GPUTRAIN_WORKER_FORK"):
-        return None
-    with _zygote_lock:
-        if _zygote is not None and _zygote.owner != os.getpid():
-            _zygote = None                  # inherited through a fork of this process: the parent's, not ours
-        if _zygote is not None and (not _zygote.alive() or _zygote.env != env):
-            _zygote.close()                 # gone idle, or another environment (it is read at import)
-            _zygote = None
-        if _zygote is None:
-            try:
-                _zygote = Zygote(env)
-            except ZygoteError:
-                return None
-        return _zygote
-
-
 def _run_cluster(payload: dict[str, Any], workers: int, ports: list[int], base_env: dict[str, str],
                  emit: Callable[[int, str], None] | None, timeout: float, last_lines: int,
                  grace: float = 0, network: PrivateNetwork | None = None) -> LocalRun:
@@ -496,12 +339,13 @@ def _run_cluster(payload: dict[str, Any], workers: int, ports: list[int], base_e
         lines_q.put((index, None))
 
     def take(index: int, line: str) -> None:
-        if line.startswith(_MARK):
-            try:
-                values[index].update(json.loads(line[len(_MARK):]))
-                return
-            except ValueError:
-                pass                     # interleaved with other output: kept as a log line
+        try:
+            reported = parse(line)
+        except ValueError:
+            reported = None              # interleaved with other output: kept as a log line
+        if reported is not None:
+            values[index].update(reported)
+            return
         logs[index].append(line)
         if emit is not None:
             emit(index, line)
@@ -536,13 +380,13 @@ def _run_cluster(payload: dict[str, Any], workers: int, ports: list[int], base_e
     start = time.monotonic()
     deadline = start + float(timeout)
     open_streams = set(range(workers))
-    zygote = _zygote_for(base_env)
+    zygote = shared_zygote(base_env)
     threads = []
     try:
         for index in range(workers):
             worker_env = dict(base_env, TF_CONFIG=tf_config(addresses, index),
                               GPUTRAIN_LAUNCHER_PID=str(os.getpid()))
-            proc = None
+            proc: Any = None                        # a ForkedWorker or a Popen: the same parts are used
             if zygote is not None:
                 try:
                     proc = zygote.spawn(spec.name, worker_env, network.pid if network is not None else None)
@@ -596,7 +440,8 @@ def _run_cluster(payload: dict[str, Any], workers: int, ports: list[int], base_e
             if ended:
                 stopped += (f" Worker(s) {ended} ended on their own during the {grace:g}-second grace period "
                             f"({', '.join(_exit_text(procs[i].returncode) for i in ended)}); their logs are in .logs.")
-            error, why = WorkerFailed, ""
+            error: type[WorkerError] = WorkerFailed
+            why = ""
             if any(marker in line for line in logs[failed] for marker in _PORT_CLASH):
                 error = PortInUseError
                 why = (f" Its port {ports[failed]} was taken by another process before TensorFlow could bind it "

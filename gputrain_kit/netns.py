@@ -20,7 +20,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-__all__ = ["PrivateNetwork", "start_private_network", "worker_command", "listening_sockets"]
+__all__ = ["PrivateNetwork", "start_private_network", "worker_command"]
 
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
@@ -65,6 +65,7 @@ def start_private_network(timeout: float = 10) -> PrivateNetwork | str:
         return f"the namespace holder could not start ({err})"
     import selectors
     selector = selectors.DefaultSelector()
+    assert proc.stdout is not None
     selector.register(proc.stdout, selectors.EVENT_READ)
     line = ""
     if selector.select(timeout):
@@ -174,31 +175,6 @@ def join_or_exit(pid: str) -> None:
     except OSError as err:
         print(f"gputrain_kit: this worker could not join the private network: {err}", flush=True)
         os._exit(1)
-
-
-def listening_sockets() -> list[tuple[str, int]]:
-    """(address, port) of every TCP socket listening in this process's network namespace, from
-    /proc/net/tcp and /proc/net/tcp6 (read, never by connecting)."""
-    import ipaddress
-
-    found = []
-    for name, width in (("tcp", 4), ("tcp6", 16)):
-        try:
-            with open(f"/proc/net/{name}") as f:
-                lines = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 4 or fields[3] != "0A":   # 0A: LISTEN
-                continue
-            address, port = fields[1].split(":")
-            raw = bytes.fromhex(address)
-            # /proc writes each 32-bit word in host (little-endian) order
-            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)) if sys.byteorder == "little" else raw
-            ip = ipaddress.ip_address(raw[:width])
-            found.append((str(ip), int(port, 16)))
-    return found
 
 
 if __name__ == "__main__":

@@ -3,18 +3,29 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from typing import Any, Callable, Iterator
 
 from ._args import short
 
-__all__ = ["short_device", "variable_devices", "replica_devices", "run_on_replicas"]
+__all__ = ["normalize_device", "short_device", "variable_devices", "replica_devices", "run_on_replicas"]
+
+_DEVICE = re.compile(r"(?:device:)?(CPU|GPU|TPU):(\d+)\s*$", re.IGNORECASE)
+
+
+def normalize_device(name: str) -> str:
+    """The kit's one reading of a device name: ``/job:localhost/replica:0/task:0/device:CPU:1``, ``/cpu:1`` or
+    ``GPU:1`` -> ``/device:CPU:1`` (``/device:GPU:1``); '' (not pinned) or anything else -> ''."""
+    m = _DEVICE.search(name or "")
+    return f"/device:{m.group(1).upper()}:{m.group(2)}" if m else ""
 
 
 def short_device(name: str) -> str:
-    """'/job:localhost/replica:0/task:0/device:CPU:3' -> 'CPU:3' ('' stays '' = not pinned)."""
+    """'/job:localhost/replica:0/task:0/device:CPU:3' -> 'CPU:3' ('' stays '' = not pinned; a name that is no
+    device name is returned as it is)."""
     if not isinstance(name, str):
         raise ValueError(f"short_device: expected a device name string, got {short(name)}.")
-    return name.rsplit("device:", 1)[-1] if "device:" in name else name
+    return normalize_device(name).removeprefix("/device:") or name
 
 
 def _backing(variable: Any) -> Any:

@@ -1,11 +1,13 @@
 """Matplotlib figures for the notebooks (pure functions of data: testable headless)."""
 from __future__ import annotations
 
-import re
 from typing import Any, Sequence
 
 __all__ = ["scaling_figure", "memory_figure", "scaling_curve_figure", "sweep_figure", "replica_heatmap",
-           "activity_figure", "activity_comparison", "op_kind"]
+           "activity_figure", "activity_comparison", "KINDS"]
+
+#: What a bar of a device-activity timeline shows (``DeviceActivity.bars``), in the legend's order.
+KINDS = ("forward", "backward", "gradient reduction", "update", "input pipeline")
 
 
 def scaling_figure(rows: Sequence[dict[str, Any]]):
@@ -50,7 +52,7 @@ def memory_figure(estimate: Any, capacity_gb: float):
     (right), so that a part far smaller than the others is still readable instead of a sliver."""
     import matplotlib.pyplot as plt
 
-    parts = ("parameters", "gradients", "optimizer", "accumulators", "activations")
+    parts: tuple[str, ...] = ("parameters", "gradients", "optimizer", "accumulators", "activations")
     if not any(d.get("accumulators") for d in estimate.per_device):
         parts = ("parameters", "gradients", "optimizer", "activations")
     # Constrained layout runs when the figure is drawn, not here: the widget's update stays fast.
@@ -140,48 +142,19 @@ def replica_heatmap(report: Any):
     return fig
 
 
-_KINDS = ("forward", "backward", "gradient reduction", "update", "input pipeline")
-_OPTIMIZER_SCOPES = ("sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax", "nadam", "ftrl", "lion",
-                     "lamb", "loss_scale_optimizer", "optimizer")
-
-
-def op_kind(op_name: str) -> str:
-    """What an op of a training step does, from its name and type: forward, backward, gradient
-    reduction (the all-reduce, or the sum on one device that ReductionToOneDevice does) or update."""
-    node, _, op_type = op_name.rpartition(":")
-    node = node or op_name
-    scopes = [re.sub(r"_\d+$", "", part).lower() for part in node.split("/")]
-    in_optimizer = any(s in _OPTIMIZER_SCOPES for s in scopes)
-    if (op_type.startswith(("Collective", "Nccl")) or "allreduce" in op_type.lower()
-            or (in_optimizer and op_type in ("AddN", "ConcatV2", "SplitV", "Pack", "Unpack"))):
-        return "gradient reduction"
-    if "gradient_tape" in scopes or op_type.endswith("Grad") or "Grad" in op_type:
-        return "backward"
-    if in_optimizer or op_type.startswith(("ResourceApply", "Assign")):
-        return "update"
-    return "forward"
-
-
 def activity_figure(activity: Any, title: str | None = None, ax: Any = None, whole: bool = False):
     """One row per device (device 0 on top), each op a bar coloured by what it does, idle time left
     blank; the input pipeline (tf.data threads, on the host) as a last row when it did any work.
     Shows the steps (the span of the function that computed most) unless ``whole`` is true."""
     import matplotlib.pyplot as plt
 
-    devices = list(activity.devices)
-    rows = devices + (["input pipeline"] if activity.input_intervals else [])
+    labels, bars = activity.bars()
+    rows = labels
     if ax is None:
         fig, ax = plt.subplots(figsize=(9, 0.9 + 0.42 * len(rows)))
     else:
         fig = ax.figure
-    colours = dict(zip(_KINDS, ("C0", "C1", "C3", "C2", "C7")))
-    bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
-    for device, start, end, op in activity.intervals:
-        bars.setdefault((devices.index(device), op_kind(op)), []).append((start, end))
-    if activity.input_intervals:
-        from .activity import merge
-
-        bars[(len(devices), "input pipeline")] = merge((s, e) for s, e, _ in activity.input_intervals)
+    colours = dict(zip(KINDS, ("C0", "C1", "C3", "C2", "C7")))
     lo, hi = activity.window() if whole else activity.main_window()
     if not activity.intervals and activity.input_intervals:
         lo = min(s for s, _, _ in activity.input_intervals)
@@ -194,7 +167,6 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
         if kind == "gradient reduction":           # reductions can last microseconds: mark each one
             ax.plot([x for x, _ in shown], [row - 0.5] * len(shown), linestyle="none", marker="v", markersize=5,
                     color=colours[kind], clip_on=False)
-    labels = [d.replace("/device:", "") for d in devices] + (["input (host)"] if activity.input_intervals else [])
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, pad * 1e3)
@@ -205,7 +177,7 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
     ax.text(0.0, 1.02, kind_text, transform=ax.transAxes, ha="left", va="bottom", fontsize=7, color="0.35")
     from matplotlib.patches import Patch
 
-    used = [k for k in _KINDS if any(kind == k for _, kind in bars)]
+    used = [k for k in KINDS if any(kind == k for _, kind in bars)]
     ax.legend([Patch(color=colours[k]) for k in used], used, loc="upper left", bbox_to_anchor=(1.01, 1),
               fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)

@@ -6,7 +6,6 @@ process, so experiments with other values must run in a child.
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import subprocess
 import sys
@@ -15,23 +14,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from ._args import ArgumentTypeError, short, typed
+from ._children.protocol import parse
 
 __all__ = ["ChildResult", "ChildError", "run_child", "child_environment", "function_source", "BackgroundRun"]
 
-_PRELUDE = """
-import os, json
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-def report(**values):
-    print("__gputrain_kit__" + json.dumps(values))
-"""
-
-
-def fork_enabled(switch: str) -> bool:
-    """Whether the kit may fork TensorFlow processes from one that imported TensorFlow: Linux only (macOS does
-    not allow forking a process that loaded its system frameworks; Windows has no fork), unless
-    ``GPUTRAIN_FORK=0`` (every kind) or the kind's own ``switch`` variable is ``0``."""
-    return (sys.platform.startswith("linux") and os.environ.get("GPUTRAIN_FORK", "1") != "0"
-            and os.environ.get(switch, "1") != "0")
+# What a snippet run by run_child can use: report(...), os and json; TensorFlow's start-up messages kept quiet.
+_PRELUDE = ("import os, json\n"
+            "from gputrain_kit._children.lifecycle import quiet_tensorflow; quiet_tensorflow()\n"
+            "from gputrain_kit._children.protocol import report\n")
 
 
 def child_environment(func: str, env: Mapping[str, str | None] | None,
@@ -102,8 +92,9 @@ def run_child(code: str, *, env: Mapping[str, str | None] | None = None, timeout
     values: dict[str, Any] = {}
     lines = []
     for line in proc.stdout.splitlines():
-        if line.startswith("__gputrain_kit__"):
-            values.update(json.loads(line[len("__gputrain_kit__"):]))
+        reported = parse(line)
+        if reported is not None:
+            values.update(reported)
         else:
             lines.append(line)
     result = ChildResult(proc.returncode, "\n".join(lines), proc.stderr, values)

@@ -134,8 +134,8 @@ class Visibility:
                 why = "not listed" if self.count else "no GPU visible (see below)"
             rows.append(f"<tr style='{style}'><td>GPU {phys}</td><td>{'?' if smi is None else f'GPU {smi}'}</td>"
                         f"<td>{cell}</td><td>{esc(why)}</td></tr>")
-        for i, phys in enumerate(self.visible):
-            if phys is None:
+        for i, listed in enumerate(self.visible):
+            if listed is None:
                 rows.append(f"<tr style='background:#e6f4ea'><td>MIG instance</td><td>?</td><td>/GPU:{i}</td>"
                             "<td></td></tr>")
         dropped = [f"<li><code>{esc(repr(e.text))}</code>: {esc(e.reason)}</li>"
@@ -218,17 +218,6 @@ def normalise_bus_id(text: str) -> str:
     return f"{domain:04x}:{bus:02x}:{device:02x}.{function:x}"
 
 
-_MEASURE = """
-import re, subprocess
-from tensorflow.python.client import device_lib
-gpus = [d for d in device_lib.list_local_devices() if d.device_type == "GPU"]
-smi = subprocess.run(["nvidia-smi", "--query-gpu=index,pci.bus_id,name", "--format=csv,noheader"],
-                     capture_output=True, text=True, check=True).stdout
-report(tf=[re.search(r"pci bus id: ([^,]+)", d.physical_device_desc).group(1).strip() for d in gpus],
-       smi=[[field.strip() for field in line.split(",", 2)] for line in smi.strip().splitlines()])
-"""
-
-
 def measured_numbering(device_order: str | None = None) -> list[tuple[str, int, str]]:
     """GPU machines only: in a fresh process with ``CUDA_DEVICE_ORDER=device_order`` (None: unset),
     each TensorFlow GPU as ``("/GPU:i", nvidia-smi index, name)``, matched by PCI bus ID.
@@ -236,13 +225,18 @@ def measured_numbering(device_order: str | None = None) -> list[tuple[str, int, 
     The child lists its GPUs with ``device_lib`` (memory growth on, so it holds little) and asks
     ``nvidia-smi`` for every GPU's index and bus; the child's CUDA_VISIBLE_DEVICES is inherited.
     """
-    from .processes import run_child
+    from ._children import Job, run_jobs
+    from .processes import ChildError
 
     if device_order is not None and device_order not in DEVICE_ORDERS:
         raise ValueError(f"measured_numbering: device_order must be None, 'FASTEST_FIRST' or 'PCI_BUS_ID', "
                          f"got {short(device_order)}.")
-    values = run_child(_MEASURE, env={"CUDA_DEVICE_ORDER": device_order,
-                                      "TF_FORCE_GPU_ALLOW_GROWTH": "true"}).values
+    outcome = run_jobs("gpu_numbering", [Job("gpus", {}, {"CUDA_DEVICE_ORDER": device_order,
+                                                            "TF_FORCE_GPU_ALLOW_GROWTH": "true"})],
+                       processes=1, timeout=120, fork=False, func="measured_numbering")["gpus"]
+    if not outcome.ok:
+        raise ChildError(f"measured_numbering: {outcome.error}")
+    values = outcome.values or {}
     by_bus = {normalise_bus_id(bus): (int(index), name) for index, bus, name in values["smi"]}
     return [(f"/GPU:{i}", *by_bus[normalise_bus_id(bus)]) for i, bus in enumerate(values["tf"])]
 
@@ -367,7 +361,7 @@ def _parse_ordinals(value: str, n: int) -> Visibility:
     for k, entry in enumerate(entries):
         if entry.status != "visible":
             continue
-        if entry.physical >= n:  # range is checked after parsing, against the real device count
+        if entry.physical is not None and entry.physical >= n:  # range is checked after parsing, against the real device count
             bad = [e for e in entries[k:]]
             entries[k:] = [Entry(bad[0].text, "dropped", None, None,
                                  f"out of range (this machine has {n} GPU(s): 0-{n - 1}): parsing stops here")]

@@ -57,7 +57,7 @@ def visibility_explorer(n_gpus: int = 8, value: str = "2,0"):
         text.disabled = unset.value
         device_order = None if order.value == "FASTEST_FIRST" else order.value
         numbering = cuda_numbering(n_gpus, device_order, fastest)
-        cuda_uuids = [smi_uuids[k] for k in numbering]      # UUIDs indexed by CUDA's numbers
+        cuda_uuids = [smi_uuids[k] for k in numbering if k is not None]      # UUIDs indexed by CUDA's numbers
         table.value = render_visibility(None if unset.value else text.value, cuda_uuids, device_order, fastest)
 
     for control in (text, unset, order):
@@ -266,7 +266,7 @@ class MemoryExplorer:
                                            layout=widgets.Layout(width="200px"))
         self.summary = widgets.HTML()
         self.plot = widgets.Output()
-        self.estimate = None
+        self.estimate: Any = None                    # the last MemoryEstimate, None after a refused setting
         for control in (self.preset, self.batch, self.devices, self.strategy, self.capacity, self.optimizer,
                         self.precision, self.remat, self.accumulation, self.zero_stage):
             control.observe(lambda _change: self.update(), names="value")

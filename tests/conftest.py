@@ -18,6 +18,8 @@ def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float =
     """Run ``code`` in a fresh interpreter of this environment; fail the test with its output on error."""
     full_env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     full_env["PYTHONHASHSEED"] = "0"
+    # A child can import the tests' own helpers (support, bntrap) as the tests do.
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))
     full_env.update(env or {})
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           timeout=timeout, env=full_env, cwd=ROOT)

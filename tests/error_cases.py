@@ -36,14 +36,14 @@ case("estimate_memory", "dtype_policy", "a plain float16 policy", "kit.estimate_
 case("measure_memory", "build", "a lambda", "kit.measure_memory(lambda: dense, batch_size=8)")
 case("measure_memory", "accumulation_steps", "a batch not divisible by the steps",
      "kit.measure_memory(job, batch_size=10, accumulation_steps=4)")
-case("memory.measure_levers", "levers", "a list instead of a dict of settings",
-     "kit.memory.measure_levers(job, [{}], batch_size=8)")
-case("memory.measure_levers", "levers", "a setting measure_memory does not take",
-     "kit.memory.measure_levers(job, {'fast': {'learning_rate': 0.1}}, batch_size=8)")
-case("memory.start_measuring", "processes", "processes=0", "kit.memory.start_measuring(job, {'Adam': {}}, batch_size=8, "
+case("measure.measure_levers", "levers", "a list instead of a dict of settings",
+     "kit.measure.measure_levers(job, [{}], batch_size=8)")
+case("measure.measure_levers", "levers", "a setting measure_memory does not take",
+     "kit.measure.measure_levers(job, {'fast': {'learning_rate': 0.1}}, batch_size=8)")
+case("measure.start_measuring", "processes", "processes=0", "kit.measure.start_measuring(job, {'Adam': {}}, batch_size=8, "
      "processes=0)")
-case("memory.start_measuring_families", "families", "one family as a string instead of a tuple",
-     "kit.memory.start_measuring_families(job, {'Adam': {}}, batch_size=8, families='eigen')")
+case("measure.start_measuring_families", "families", "one family as a string instead of a tuple",
+     "kit.measure.start_measuring_families(job, {'Adam': {}}, batch_size=8, families='eigen')")
 case("measure_memory", "kernels", "an unknown CPU kernel family", "kit.measure_memory(job, batch_size=8, kernels='mkl')")
 case("bncases.start_cases", "kernels", "the same family twice",
      "kit.bncases.start_cases(kernels=('eigen', 'eigen'))")
@@ -148,7 +148,6 @@ def render(results: list[dict[str, str]]) -> str:
         message = r["message"].replace("|", "\\|").replace("\n", " ")
         code = r["code"].replace("|", "\\|")
         lines.append(f"| {r['given']} | `{code}` | **{r['type']}**: {message} |")
-    import gputrain_kit as kit
     from gputrain_kit import explainer
     lines += ["", "## `explain`: TensorFlow's errors in plain words", "",
               "Each is made for real in `tests/test_explain.py`; the GPU-only ones from NCCL's and TensorFlow's "

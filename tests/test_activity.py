@@ -70,9 +70,9 @@ CHILD = """
                      "busy_s": sum(activity.busy.values()), "figure": type(fig).__name__,
                      "rows": [t.get_text() for t in fig.axes[0].get_yticklabels()],
                      "note": [t.get_text() for t in fig.axes[0].texts],
-                     "kinds": sorted({kit.plots.op_kind(op) for _, _, _, op in activity.intervals}),
+                     "kinds": sorted({kit.activity.op_kind(op) for _, _, _, op in activity.intervals}),
                      "reduction devices": sorted({d for d, _, _, op in activity.intervals
-                                                  if kit.plots.op_kind(op) == "gradient reduction"})}
+                                                  if kit.activity.op_kind(op) == "gradient reduction"})}
         return activity
 
     x = rng.normal(size=(256, 12, 12, 3)).astype("float32"); y = rng.integers(0, 5, 256)

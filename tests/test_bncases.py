@@ -163,7 +163,7 @@ def test_forked_cases_report_what_a_fresh_interpreter_reports(monkeypatch):
     cases = [("dense", "scale=False", "last step empty"), ("conv", "synchronized", "last step empty"),
              ("dense", "synchronized", "last step empty")]
     forked = bncases.run_cases(cases, processes=2, kernels="onednn")   # two forked children at a time
-    monkeypatch.setenv("GPUTRAIN_CASES_FORK", "0")
+    monkeypatch.setenv("GPUTRAIN_FORK", "0")
     plain = bncases.run_cases(cases, processes=1, kernels="onednn")
     for a, b in zip(forked.results, plain.results):
         assert (a.outcome, a.nan_copies, a.nan_rows, a.later_fit[:40]) == (b.outcome, b.nan_copies, b.nan_rows,

@@ -7,9 +7,10 @@ import re
 import numpy as np
 import pytest
 
-import gputrain_kit.memory as memory
+import gputrain_kit.measure as measure
 from gputrain_kit import check
-from gputrain_kit.memory import MemoryMeasurement, estimate_memory, preset_profile
+from gputrain_kit.measure import MemoryMeasurement
+from gputrain_kit.memory import estimate_memory, preset_profile
 
 FULL = preset_profile(check.FULL_MODEL)
 
@@ -53,7 +54,7 @@ def test_devices_without_zero_wrong_and_forms():
 
 def test_measured_peak_does_not_measure_before_an_answer(monkeypatch):
     calls = []
-    monkeypatch.setattr(memory, "measure_memory", lambda *a, **k: calls.append(k))
+    monkeypatch.setattr(measure, "measure_memory", lambda *a, **k: calls.append(k))
     assert repr(check.nb08_measured_peak(...)).startswith("Not answered yet")
     assert repr(check.nb08_measured_peak("about forty")).startswith("Not a form")
     assert calls == []
@@ -66,7 +67,7 @@ def test_measured_peak_judges_against_what_it_measured(monkeypatch):
         calls.append(kwargs)
         return MemoryMeasurement(34_000_000, 44_000_000, "CPU:0", kwargs)
 
-    monkeypatch.setattr(memory, "measure_memory", fake)
+    monkeypatch.setattr(measure, "measure_memory", fake)
     assert check.nb08_measured_peak(44) and check.nb08_measured_peak("50")      # within 25% of 44 MB
     wrong = check.nb08_measured_peak(80)
     assert not wrong and "Measured 44 MB" in repr(wrong)

@@ -86,7 +86,7 @@ def test_allocator_statistics_need_bfc_under_eigen_and_setup_arranges_it(family)
 def test_without_setup_a_started_runtime_gets_an_error_that_names_the_fix():
     proc = run_python("""
         import json, tensorflow as tf, keras
-        from gputrain_kit.memory import measure_training_step
+        from gputrain_kit.measure import measure_training_step
         from gputrain_kit.cpu_kernels import AllocatorStatsError
         net = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8)]); net.compile("sgd", "mse")
         try:
@@ -141,7 +141,7 @@ def test_mixed_bfloat16_lowers_the_peak_exactly_where_onednn_runs_bf16(tmp_path)
         from builds import twin as build
         out = {}
         for family in ("onednn", "eigen"):
-            r = kit.memory.measure_levers(build, {"f32": {}, "bf16": {"dtype_policy": "mixed_bfloat16"}},
+            r = kit.measure.measure_levers(build, {"f32": {}, "bf16": {"dtype_policy": "mixed_bfloat16"}},
                                           batch_size=2048, steps=4, processes=1, kernels=family)
             out[family] = 1 - r["bf16"].peak_bytes / r["f32"].peak_bytes
         print(json.dumps(out))

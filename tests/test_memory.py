@@ -120,7 +120,7 @@ def test_estimate_is_not_a_bound_either_way():
         import json, gputrain_kit as kit
         kit.setup(devices=1)
         import tensorflow as tf, keras
-        from gputrain_kit.memory import measure_training_step
+        from gputrain_kit.measure import measure_training_step
         def stack(split):
             layers = [l for _ in range(16) for l in ((keras.layers.Dense(128), keras.layers.Activation("relu"))
                                                       if split else (keras.layers.Dense(128, activation="relu"),))]
@@ -154,7 +154,7 @@ def test_measure_training_step_needs_a_compiled_model():
         import gputrain_kit as kit
         kit.setup(devices=1)
         import tensorflow as tf, keras
-        from gputrain_kit.memory import measure_training_step
+        from gputrain_kit.measure import measure_training_step
         try:
             measure_training_step(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]), tf.ones((2, 4)),
                                   tf.ones((2, 2)))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gputrain_kit import estimate_memory
-from gputrain_kit.memory import (dense_stack_profile, measure_levers, measure_memory, remat_checkpoints,
-                                 start_measuring, start_measuring_families)
+from gputrain_kit.measure import measure_levers, measure_memory, start_measuring, start_measuring_families
+from gputrain_kit.memory import dense_stack_profile, remat_checkpoints
 
 STACK = dense_stack_profile(9, 1024)
 
@@ -105,7 +105,7 @@ def test_measure_levers_agrees_with_measure_memory_in_its_own_process(measured, 
     """On Linux measure_levers forks each configuration from one process that imported TensorFlow; a
     configuration measured alone in a fresh interpreter (no fork) holds the same model state, and its
     peak agrees within noise."""
-    monkeypatch.setenv("GPUTRAIN_MEASURE_FORK", "0")
+    monkeypatch.setenv("GPUTRAIN_FORK", "0")
     alone = measure_memory(wide_then_narrow, batch_size=2048, optimizer="sgd")
     together, _ = measured["sgd"]
     assert alone.state_bytes == together.state_bytes
@@ -299,7 +299,7 @@ def test_mixed_precision_keeps_float32_variables_on_other_layers():
     finally:
         keras.mixed_precision.set_dtype_policy("float32")
     assert conv.kernel.dtype == "float32" and conv_out.dtype == tf.bfloat16
-    assert embed.embeddings.dtype == "float32"
+    assert embed.embeddings.dtype == "float32" and embed_out.dtype == tf.bfloat16
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     scaled = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())
     scaled.build(model.trainable_variables)

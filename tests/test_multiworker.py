@@ -16,6 +16,7 @@ import pytest
 
 import gputrain_kit as kit
 from gputrain_kit import check
+from gputrain_kit import _zygote as zg
 from gputrain_kit import multiworker as mw
 from conftest import last_json, run_python
 
@@ -367,7 +368,7 @@ def test_interrupt_stops_every_worker():
     with pytest.raises(KeyboardInterrupt):
         mw.launch_local_workers(talker, 2, log=on_line, timeout=60)
     # the zygote the workers were forked from stays for the next launch (it is no worker; see test_zygote)
-    zygote = {mw._zygote.process.pid} if mw._zygote is not None else set()
+    zygote = {zg._shared.process.pid} if zg._shared is not None else set()
     workers = [pid for pid in seen if pid not in zygote]
     assert len(workers) >= 2
     assert mw.running(workers) == []
@@ -602,12 +603,12 @@ def serves_briefly():
 
 def _listening_during(private_network):
     """Run two workers; while they serve, read the host's listening sockets (never by connecting)."""
-    from gputrain_kit import netns
+    import support
     seen: list[tuple[str, int]] = []
 
     def on_line(index, line):
         if line == "listening":
-            seen.extend(netns.listening_sockets())
+            seen.extend(support.listening_sockets())
 
     run = mw.launch_local_workers(serves_briefly, 2, log=on_line, timeout=90, private_network=private_network)
     assert run.results == [2, 2]
@@ -654,10 +655,10 @@ def test_private_network_argument_is_checked():
 
 
 def test_listening_sockets_reads_a_socket_of_this_process():
-    from gputrain_kit import netns
+    import support
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
-        assert ("127.0.0.1", port) in netns.listening_sockets()
-    assert ("127.0.0.1", port) not in netns.listening_sockets()
+        assert ("127.0.0.1", port) in support.listening_sockets()
+    assert ("127.0.0.1", port) not in support.listening_sockets()

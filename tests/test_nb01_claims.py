@@ -72,7 +72,7 @@ def test_visibility_and_memory_growth_cannot_change_after_initialisation():
 def test_which_calls_lock_the_device_configuration(fork, monkeypatch):
     """The same answers whether each probe runs in a child forked from a process that imported TensorFlow
     (Linux, notebook 01) or in a fresh interpreter."""
-    monkeypatch.setenv("GPUTRAIN_PROBE_FORK", fork)
+    monkeypatch.setenv("GPUTRAIN_FORK", fork)
     probes = {p.call: p for p in counting.probe_locks()}
     assert not probes["tf.config.list_physical_devices()"].locked
     assert not probes["device_lib.list_local_devices()"].locked

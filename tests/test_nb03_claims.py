@@ -106,7 +106,7 @@ def test_pipeline_schedule_and_timeline():
         import json, numpy as np, gputrain_kit as kit
         kit.setup(devices=2)
         import keras
-        from gputrain_kit.pipeline import time_stages
+        from support import time_stages
         stages = [keras.Sequential([keras.Input((64,)), keras.layers.Dense(64)]) for _ in range(2)]
         print(json.dumps(time_stages(stages, kit.device_names(2), np.ones((32, 64), "float32"))))
     """)
@@ -147,7 +147,7 @@ def test_estimate_against_the_allocator_bands_hold_under_both_kernel_families(fa
         import json, gputrain_kit as kit
         kit.setup(devices=2)
         import tensorflow as tf, keras
-        from gputrain_kit.memory import measure_training_step
+        from gputrain_kit.measure import measure_training_step
         def stack(width, pairs):
             return keras.Sequential([keras.Input((width,))] + [l for _ in range(pairs)
                                     for l in (keras.layers.Dense(width), keras.layers.Activation("relu"))])

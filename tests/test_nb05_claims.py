@@ -35,7 +35,7 @@ def test_trap_drift_fixes_and_detection():
         import json, os, tempfile, numpy as np, gputrain_kit as kit
         kit.setup(devices=4)
         import keras
-        from gputrain_kit import bntrap
+        import bntrap
         from gputrain_kit.training import strategy_for
         s = strategy_for(4)
         out = {}

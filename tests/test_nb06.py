@@ -180,10 +180,11 @@ def test_python_preprocessing_starves_training():
         import json, gputrain_kit as kit
         kit.setup(devices=1)
         from gputrain_kit import feeding
+        import support
         from gputrain_kit.training import build_digits_model
         (x, y), _ = kit.data.digits()
         m = build_digits_model()
-        slow = feeding.measure_steps(m, feeding.slow_python_pipeline(x, y), steps=10)
+        slow = feeding.measure_steps(m, support.slow_python_pipeline(x, y), steps=10)
         fast = feeding.measure_steps(m, feeding.fast_tf_pipeline(x, y), steps=10)
         print(json.dumps([slow.input_bound_fraction, fast.input_bound_fraction, len(slow.wait_s)]))
     """)
@@ -230,8 +231,9 @@ def test_starvation_pipelines_do_the_same_work():
         import json, numpy as np, gputrain_kit as kit
         kit.setup(devices=1)
         from gputrain_kit import feeding
+        import support
         (x, y), _ = kit.data.digits()
-        slow = [b for b, _ in feeding.slow_python_pipeline(x[:200], y[:200])]
+        slow = [b for b, _ in support.slow_python_pipeline(x[:200], y[:200])]
         fast = [b for b, _ in feeding.fast_tf_pipeline(x[:200], y[:200])]
         same = len(slow) == len(fast) and all(np.allclose(a, b, atol=1e-5) for a, b in zip(slow, fast))
         changed = not np.allclose(fast[0], x[:64])

@@ -7,7 +7,6 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
-from pathlib import Path
 
 import pytest
 

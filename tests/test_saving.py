@@ -2,7 +2,6 @@
 notebook's claims (file keys, failed saves, HDF5 string types, reshuffle on restart): test_nb04_claims.py."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

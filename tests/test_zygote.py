@@ -15,6 +15,7 @@ import time
 import psutil
 import pytest
 
+from gputrain_kit import _zygote as zg
 from gputrain_kit import multiworker as mw
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks: Linux only")
@@ -32,12 +33,12 @@ def who_am_i():
 
 
 def _zygote_pid() -> int:
-    assert mw._zygote is not None and mw._zygote.alive()
-    return mw._zygote.process.pid
+    assert zg._shared is not None and zg._shared.alive()
+    return zg._shared.process.pid
 
 
 def test_workers_are_forked_from_one_zygote_and_behave_as_fresh_processes(monkeypatch):
-    monkeypatch.delenv("GPUTRAIN_WORKER_FORK", raising=False)
+    monkeypatch.delenv("GPUTRAIN_FORK", raising=False)
     first = mw.launch_local_workers(who_am_i, 2, log=None, timeout=120).results
     zygote = _zygote_pid()
     second = mw.launch_local_workers(who_am_i, 2, log=None, timeout=60).results
@@ -52,7 +53,7 @@ def test_workers_are_forked_from_one_zygote_and_behave_as_fresh_processes(monkey
     assert '"index": 0' in first[0]["tf_config"] and '"index": 1' in first[1]["tf_config"]
 
 
-@pytest.mark.parametrize("switch", ["GPUTRAIN_WORKER_FORK", "GPUTRAIN_FORK"])
+@pytest.mark.parametrize("switch", ["GPUTRAIN_FORK", "GPUTRAIN_FORK"])
 def test_without_fork_each_worker_is_a_fresh_process_and_reports_the_same(monkeypatch, switch):
     monkeypatch.setenv(switch, "0")
     results = mw.launch_local_workers(who_am_i, 2, log=None, timeout=120).results
@@ -62,7 +63,7 @@ def test_without_fork_each_worker_is_a_fresh_process_and_reports_the_same(monkey
 
 
 def test_another_environment_gets_another_zygote_and_the_old_one_stops(monkeypatch):
-    monkeypatch.delenv("GPUTRAIN_WORKER_FORK", raising=False)
+    monkeypatch.delenv("GPUTRAIN_FORK", raising=False)
     mw.launch_local_workers(who_am_i, 2, log=None, timeout=120)
     old = _zygote_pid()
     results = mw.launch_local_workers(who_am_i, 2, log=None, timeout=120,
@@ -74,7 +75,7 @@ def test_another_environment_gets_another_zygote_and_the_old_one_stops(monkeypat
 
 
 def test_an_idle_zygote_exits_and_the_next_launch_starts_another(monkeypatch):
-    monkeypatch.delenv("GPUTRAIN_WORKER_FORK", raising=False)
+    monkeypatch.delenv("GPUTRAIN_FORK", raising=False)
     monkeypatch.setenv("GPUTRAIN_ZYGOTE_IDLE_S", "1")
     mw.launch_local_workers(who_am_i, 2, log=None, timeout=120)
     idle = _zygote_pid()
@@ -87,15 +88,15 @@ def test_an_idle_zygote_exits_and_the_next_launch_starts_another(monkeypatch):
 
 
 def test_a_zygote_that_cannot_start_falls_back_to_fresh_processes(monkeypatch):
-    monkeypatch.delenv("GPUTRAIN_WORKER_FORK", raising=False)
-    mw._close_zygote()
+    monkeypatch.delenv("GPUTRAIN_FORK", raising=False)
+    zg.close_shared()
 
     def broken(env):
-        raise mw.ZygoteError("the zygote did not start: simulated")
+        raise zg.ZygoteError("the zygote did not start: simulated")
 
-    monkeypatch.setattr(mw, "Zygote", broken)
+    monkeypatch.setattr(zg, "Zygote", broken)
     results = mw.launch_local_workers(who_am_i, 2, log=None, timeout=120).results
-    assert mw._zygote is None
+    assert zg._shared is None
     assert [r["sum"] for r in results] == [2.0, 2.0]
 
 
@@ -109,7 +110,7 @@ def test_a_zygote_is_gone_with_its_launcher_and_so_are_its_workers(tmp_path):
         "    print('pid', os.getpid(), os.getppid(), flush=True)\n"
         "    time.sleep(3600)\n"
         "mw.launch_local_workers(pid_then_sleep, 2, timeout=600)\n")
-    env = {k: v for k, v in os.environ.items() if k != "GPUTRAIN_WORKER_FORK"}
+    env = {k: v for k, v in os.environ.items() if k != "GPUTRAIN_FORK"}
     proc = subprocess.Popen([sys.executable, str(launcher)], stdout=subprocess.PIPE, text=True, env=env)
     pids: list[int] = []
     parents: set[int] = set()
@@ -136,14 +137,10 @@ def test_a_zygote_is_gone_with_its_launcher_and_so_are_its_workers(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
-def test_one_switch_turns_every_fork_off_and_each_kind_has_its_own(monkeypatch):
-    from gputrain_kit.processes import fork_enabled
+def test_one_switch_turns_every_fork_off(monkeypatch):
+    from gputrain_kit._children.runner import fork_enabled
 
-    switches = ["GPUTRAIN_WORKER_FORK", "GPUTRAIN_PROBE_FORK", "GPUTRAIN_CASES_FORK", "GPUTRAIN_MEASURE_FORK"]
-    for name in switches + ["GPUTRAIN_FORK"]:
-        monkeypatch.delenv(name, raising=False)
-    assert all(fork_enabled(name) for name in switches)
-    monkeypatch.setenv("GPUTRAIN_PROBE_FORK", "0")
-    assert [fork_enabled(name) for name in switches] == [True, False, True, True]
+    monkeypatch.delenv("GPUTRAIN_FORK", raising=False)
+    assert fork_enabled() == sys.platform.startswith("linux")
     monkeypatch.setenv("GPUTRAIN_FORK", "0")
-    assert not any(fork_enabled(name) for name in switches)
+    assert not fork_enabled()

@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
         "# Performance",
         "",
         f"Measured by `make bench` on {dt.date.today().isoformat()}. The budget (checked by `make test` on every",
-        f"run: notebooks by the strict-nbval run, widgets by `tests/test_budget.py`): each notebook under",
+        "run: notebooks by the strict-nbval run, widgets by `tests/test_budget.py`): each notebook under",
         f"{NOTEBOOK_BUDGET_S:.0f} s, its kernel under {NOTEBOOK_BUDGET_BYTES / 1e9:.1f} GB and the kernel with its child "
         f"processes under {TREE_BUDGET_BYTES / 1e9:.1f} GB;",
         f"each widget's median update under {WIDGET_BUDGET_S} s.",

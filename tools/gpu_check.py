@@ -331,7 +331,7 @@ FACTS: dict[str, tuple[str, dict]] = {
             "                            for _ in range(8)] + [keras.layers.Dense(16)])\\n")
         sys.path.insert(0, folder)
         from twin import build
-        r = kit.memory.measure_levers(build, {"float32": {}, "mixed_bfloat16": {"dtype_policy": "mixed_bfloat16"},
+        r = kit.measure.measure_levers(build, {"float32": {}, "mixed_bfloat16": {"dtype_policy": "mixed_bfloat16"},
                                               "mixed_float16": {"dtype_policy": "mixed_float16"}}, batch_size=2048,
                                       processes=1)
         report(device=r["float32"].device, peaks={name: m.peak_bytes for name, m in r.items()})

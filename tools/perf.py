@@ -16,7 +16,6 @@ import platform
 import shutil
 import statistics
 import subprocess
-import sys
 import threading
 import tempfile
 import time

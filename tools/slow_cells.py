@@ -34,7 +34,7 @@ REASONS: dict[tuple[str, str], str] = {
         "after 3 epochs, the fewest that show both ReduceLROnPlateau and EarlyStopping acting",
     ("03", "branch_1, branch_2, merge"): "5 epochs with validation on three devices: the accuracy shows the "
         "placed model trains",
-    ("03", "from gputrain_kit.memory import measure_training_step"): "3 models' training steps measured "
+    ("03", "from gputrain_kit.measure import measure_training_step"): "3 models' training steps measured "
         "with TensorFlow's allocator, the largest at batch 8192: the estimate's error needs a real step",
     ("04", "four = kit.training.strategy_for(4)"): "3 epochs on 4 replicas, the model saved, loaded twice "
         "and trained 2 more epochs on 2 replicas: each load traces new steps",
@@ -75,9 +75,9 @@ REASONS: dict[tuple[str, str], str] = {
     ("08", "measured = pending.result()"): "waits for the memory measurements started in section 1: each "
         "configuration's training steps measured in a process of its own, forked from one that imported "
         "TensorFlow once",
-    ("08", "precision = {family: run.result()"): "waits for float32 and mixed_bfloat16 measured under each CPU "
-        "kernel family (one process per family, which imports TensorFlow: the family is fixed at import), 4 "
-        "measured steps each",
+    ("08", "precision = by_kernels.result()"): "waits for float32 and mixed_bfloat16 measured under each CPU "
+        "kernel family (the families one after another, each in processes of its own, which import TensorFlow: "
+        "the family is fixed at import), 4 measured steps each",
 }
 
 

@@ -80,7 +80,7 @@ def as_int_list(answer: Any) -> list[int] | None:
     else:
         return None
     values = [as_int(item) for item in items]
-    return None if any(v is None for v in values) else values
+    return None if any(v is None for v in values) else [v for v in values if v is not None]
 
 
 def as_choice(answer: Any, choices: Iterable[str]) -> str | None:
@@ -110,8 +110,7 @@ def as_bool(answer: Any) -> bool | None:
 
 
 def norm_device(name: str) -> str:
-    name = name.strip().lower()
-    for prefix in ("/device:", "/job:localhost/replica:0/task:0/device:"):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-    return name.lstrip("/")
+    """An answer's device name, compared case-blind: 'GPU:1', '/gpu:1' and '/device:GPU:1' -> 'gpu:1'."""
+    from ..placement import normalize_device
+
+    return (normalize_device(name).removeprefix("/device:") or name.strip().lstrip("/")).lower()

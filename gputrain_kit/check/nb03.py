@@ -13,7 +13,7 @@ def nb03_less_memory(answer: Any) -> Verdict:
     profile = preset_profile("Dense stack 24 x 8192 (1.6B parameters)")
     peaks = {s: estimate_memory(profile, batch_size=32, strategy=s, devices=d).peak
              for s, d in (("data", 4), ("split", 2))}
-    right = min(peaks, key=peaks.get)
+    right = min(peaks, key=lambda s: peaks[s])
     choice = as_choice(answer, ("data", "split"))
     return verdict(answer, choice == right, f"'{right}': {peaks['data'] / 1e9:.1f} GB for data x4 vs "
                    f"{peaks['split'] / 1e9:.1f} GB for split x2 on the fullest device.",

@@ -24,7 +24,7 @@ def nb08_measured_peak(answer: Any, *, tolerance: float = 0.25) -> Verdict:
     value = as_number(answer)
     if answer is Ellipsis or value is None:
         return verdict(answer, False, "", "", form="Give a number of megabytes, e.g. 60.")
-    from ..memory import measure_memory
+    from ..measure import measure_memory
 
     measured = measure_memory(twin, batch_size=2048, dtype_policy="mixed_bfloat16", accumulation_steps=4)
     mb = measured.peak_bytes / 1e6

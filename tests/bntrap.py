@@ -1,5 +1,5 @@
 """The BatchNorm NaN trap (Vryniotis, "5 tips for multi-GPU training with Keras", Datumbox 2018, tip 2), reproducible
-on demand, and its fixes. Notebook 05 builds the same model and pipelines in its own cells; the tests use these.
+on demand, and its fixes: a test helper. Notebook 05 builds the same model and pipelines in its own cells.
 
 1030 samples, global batch 64, 4 replicas: the last step is split [2, 2, 2, 0]. The replica with no
 data computes the mean and variance of an empty batch (0/0 = NaN) and writes them into *its* copy of
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._args import require_choice, require_int
+from gputrain_kit._args import require_choice, require_int
 
 __all__ = ["FIXES", "trap_data", "build_bn_model", "train", "summarize"]
 
@@ -19,7 +19,7 @@ FIXES = (None, "drop_remainder", "repeat", "pad", "synchronized")
 
 def trap_data():
     """1030 seeded synthetic samples: (x, y) arrays."""
-    from . import data
+    from gputrain_kit import data
 
     return data.synthetic(N_SAMPLES, n_features=FEATURES, n_classes=CLASSES, validation_fraction=0.0).train
 
@@ -68,7 +68,7 @@ def summarize(model: Any, strategy: Any) -> dict[str, Any]:
     """NaN copies, spread between replicas, and NaN rows of predict under the strategy."""
     import numpy as np
 
-    from .replicas import replica_report
+    from gputrain_kit.replicas import replica_report
 
     x, _ = trap_data()
     report = replica_report(model, strategy)

@@ -1,0 +1,84 @@
+"""One BatchNorm case of notebook 05's matrix, in a process of its own (``bncases.run_cases`` sends it).
+
+``prepare()`` imports TensorFlow and makes the data (before any fork); ``run(kind, bn, batching, epochs)``
+starts a runtime with 4 simulated devices, trains the case's model under ``MirroredStrategy`` and reports
+what a user would see: the losses, the error ``fit`` raised, which replica copies hold NaN.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+N, BATCH, CLASSES, DEVICES = 1030, 64, 4, 4
+_data: dict[str, Any] = {}
+_strategy: Any = None
+
+
+def prepare() -> None:
+    """TensorFlow imported, never started; the data made once, shared by every forked case."""
+    import numpy as np
+    import tensorflow  # noqa: F401  (imported here, once, before the forks)
+
+    import gputrain_kit  # noqa: F401
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, CLASSES, N)
+    _data.update(y=y, dense=(rng.normal(size=(N, 16)) + y[:, None]).astype("float32"),
+                 conv=(rng.normal(size=(N, 8, 8, 1)) + y[:, None, None, None]).astype("float32"))
+
+
+def _start_runtime() -> Any:
+    global _strategy
+    if _strategy is None:
+        import tensorflow as tf
+
+        import gputrain_kit as kit
+
+        # One inter-op thread: ops run in one order, so a crash reports the same failing op every run; one
+        # intra-op thread: small models, where more threads only fight the notebook's kernel for the cores.
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        kit.setup(devices=DEVICES)
+        _strategy = tf.distribute.MirroredStrategy(kit.device_names(DEVICES))
+    return _strategy
+
+
+def run(kind: str, bn: str, batching: str, epochs: int) -> dict[str, Any]:
+    """Train the case and describe what happened (``bncases._classify`` turns it into an outcome)."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from gputrain_kit.batchnorm import bn_model
+    from gputrain_kit.errors import error_summary
+    from gputrain_kit.replicas import replica_report
+
+    if not _data:
+        prepare()
+    strategy = _start_runtime()
+    keras.utils.set_random_seed(0)
+    x, y = _data[kind], _data["y"]
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH, drop_remainder=(batching == "drop_remainder"))
+    with strategy.scope():
+        model = bn_model(kind, bn, classes=CLASSES)
+        model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    out: dict[str, Any] = {"case": [kind, bn, batching], "losses": [], "error": None, "later_fit": ""}
+    try:
+        history = model.fit(ds, epochs=epochs, verbose=0, callbacks=[keras.callbacks.TerminateOnNaN()])
+        out["losses"] = [float(v) for v in history.history["loss"]]
+    except Exception as err:
+        out["error"] = error_summary(err)
+    report = replica_report(model, strategy)
+    out["poisoned"] = sorted({path.split("/")[-1] for path, _ in report.poisoned})
+    out["poisoned_replicas"] = sorted({i for _, i in report.poisoned})
+    out["nan_copies"] = len(report.poisoned)
+    out["spread"] = report.spread
+    out["nan_rows"] = 0   # every copy finite: predictions are finite too
+    if report.poisoned:
+        out["nan_rows"] = int(np.isnan(model.predict(x, batch_size=BATCH, verbose=0)).any(axis=1).sum())
+    if out["error"]:
+        try:   # one full step with the same, already traced train function
+            model.fit(ds.take(1), epochs=1, verbose=0)
+            out["later_fit"] = "works"
+        except Exception as err:
+            out["later_fit"] = error_summary(err)
+    return out

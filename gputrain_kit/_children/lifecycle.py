@@ -1,0 +1,38 @@
+"""What every child process of the kit does first: stay quiet, and never outlive its parent."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+__all__ = ["quiet_tensorflow", "die_with_parent", "fork"]
+
+
+def quiet_tensorflow() -> None:
+    """TensorFlow's C++ start-up messages off (unless the user set a level)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+def die_with_parent(parent: int | None = None) -> bool:
+    """Linux: have the kernel SIGKILL this process when its parent dies (a restarted notebook kernel), so no
+    child outlives it holding ports, memory or CPU. ``parent``: the process id expected as parent; when it
+    has already died, exit at once. Returns False where this cannot be arranged (other systems)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return False
+    if parent is not None and os.getppid() != parent:    # it died before prctl took effect
+        os._exit(1)
+    return True
+
+
+def fork() -> int:
+    """``os.fork()`` with this process's buffered output written first (so the child does not write it again):
+    the kit's one place that forks (the job server's children, the workers' zygote)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return os.fork()

@@ -1,0 +1,73 @@
+"""One memory measurement (``measure.measure_memory`` / ``measure_levers`` send it): train the user's model for
+a few steps in a process whose TensorFlow runtime and allocator are new, and read the allocator.
+
+``build_source`` is the user's own ``build`` function (its source; ``keras``, ``tf`` and ``np`` are given to
+it), run here because a model measured after another in one process would count what the first one left.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+def prepare() -> None:
+    """TensorFlow and Keras imported, never started: each forked measurement starts its own runtime."""
+    import keras  # noqa: F401
+    import numpy  # noqa: F401
+    import tensorflow  # noqa: F401
+
+    import gputrain_kit  # noqa: F401
+
+
+def run(config: dict[str, Any], build_source: str, build_name: str) -> dict[str, Any]:
+    """The model state held between steps and the peak during a step, in bytes, on the one device's allocator."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import gputrain_kit as kit
+    from gputrain_kit.memory import rematerialize
+
+    kit.setup(devices=1, seed=0)
+    keras.mixed_precision.set_dtype_policy(config["dtype_policy"])
+    namespace = {"keras": keras, "tf": tf, "np": np, "__name__": "__gputrain_build__"}
+    exec(compile(build_source, "<build>", "exec"), namespace)   # the user's build(), by its source
+    model = namespace[build_name]()
+    if not isinstance(model, keras.Model):
+        raise TypeError("measure_memory: build() must return a Keras model, got " + type(model).__name__)
+    if config["remat"]:
+        model = rematerialize(model)
+    k = config["accumulation_steps"]
+    optimizer = getattr(keras.optimizers, config["optimizer"])(**({"gradient_accumulation_steps": k} if k > 1 else {}))
+    if config["dtype_policy"] == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    model.compile(optimizer=optimizer, loss="mse")
+    device = kit.device_names(1)[0].replace("/device:", "")
+
+    def batch_of(n: int) -> tuple[Any, Any]:
+        return (tf.random.stateless_normal((n, *tuple(model.inputs[0].shape[1:])), seed=(1, 2)),
+                tf.zeros((n, *tuple(model.outputs[0].shape[1:]))))
+
+    def held_between_steps(x: Any, y: Any, steps: int) -> tuple[list[int], int]:
+        # The most the allocator holds between two training steps, the batch itself taken off.
+        data = int(x.shape.num_elements() * x.dtype.size + y.shape.num_elements() * y.dtype.size)
+        held, peaks = [], []
+        for _ in range(steps):
+            tf.config.experimental.reset_memory_stats(device)
+            model.train_on_batch(x, y)
+            info = tf.config.experimental.get_memory_info(device)
+            held.append(info["current"] - data)
+            peaks.append(info["peak"])
+        return held, max(peaks)
+
+    # Model state: one-sample steps (what Keras keeps of a batch between steps is then negligible), over
+    # whole updates, since accumulators are held only while they accumulate and some slots appear only
+    # at the first update.
+    x, y = batch_of(1)
+    held_between_steps(x, y, k)
+    held, _ = held_between_steps(x, y, k)
+    state = max(held)
+    # Peak: the real batch, one whole update to trace, then `steps` updates measured.
+    x, y = batch_of(config["batch_size"] // k)
+    held_between_steps(x, y, k)
+    _, peak = held_between_steps(x, y, config["steps"] * k)
+    return {"state": int(state), "peak": int(peak), "device": device, "kernels": kit.cpu_kernels.detect().family}

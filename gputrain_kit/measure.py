@@ -1,0 +1,291 @@
+"""What a training step really holds, by TensorFlow's allocator: the measurements behind ``memory``'s estimates.
+
+``measure_training_step`` reads the allocator in this process; ``measure_memory``, ``measure_levers`` and
+``start_measuring`` / ``start_measuring_families`` run ``_children/measure.py`` in processes of their own
+(a model measured after another in one process would count what the first one left), each under the CPU
+kernel family asked for, with TensorFlow's BFC CPU allocator, whose statistics work under both families.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short
+from .cpu_kernels import require_allocator_stats
+from .memory import DTYPE_POLICIES
+from .processes import BackgroundRun
+
+__all__ = ["measure_training_step", "MemoryMeasurement", "measure_memory", "measure_levers", "start_measuring",
+           "PendingMeasurements", "start_measuring_families", "PendingFamilies"]
+
+
+def measure_training_step(model: Any, x: Any, y: Any) -> dict[str, int]:
+    """What one training step of a compiled Keras model really holds, by TensorFlow's allocator.
+
+    Runs ``train_on_batch(x, y)`` twice (the first builds and traces) and resets the allocator's
+    peak before the second. Returns, in bytes: ``variables`` (the model's and its optimizer's
+    variables, scalars included), ``step`` (the most the second step allocated on top of what was
+    held before it: gradients, kept outputs, temporaries) and ``total`` (their sum), to set
+    against ``estimate_memory(...).peak``. Pass ``x`` and ``y`` as tensors, so that the batch is
+    allocated before the step and counted in neither. Measured on the device of the model's first
+    variable (every logical CPU shares one allocator).
+    """
+    import math
+
+    import numpy as np
+    import tensorflow as tf
+
+    from .placement import short_device
+
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None or not model.weights:
+        raise ValueError("measure_training_step: pass a built, compiled Keras model (model.compile(...)).")
+    model.train_on_batch(x, y)
+    device = short_device(getattr(model.weights[0], "value", model.weights[0]).device)
+    require_allocator_stats("measure_training_step", device)
+    tf.config.experimental.reset_memory_stats(device)
+    before = tf.config.experimental.get_memory_info(device)["current"]
+    model.train_on_batch(x, y)
+    step = tf.config.experimental.get_memory_info(device)["peak"] - before
+    variables = sum(np.dtype(v.dtype).itemsize * math.prod(v.shape) for v in model.weights + optimizer.variables)
+    return {"variables": int(variables), "step": int(step), "total": int(variables + step)}
+
+
+@dataclass(frozen=True)
+class MemoryMeasurement:
+    """What TensorFlow's allocator held for a training run of ``build()``, measured in a fresh process."""
+
+    state_bytes: int      # held between training steps (at most): parameters, slots, accumulators, scalars
+    peak_bytes: int       # the allocator's peak during a training step, model state included
+    device: str           # the allocator measured (one device: every logical CPU shares one)
+    config: dict
+    kernels: str = ""     # the CPU kernel family the measuring process ran: "onednn" or "eigen"
+
+    def __repr__(self) -> str:
+        return (f"MemoryMeasurement({self.config}): state {self.state_bytes / 1e6:.2f} MB, "
+                f"peak {self.peak_bytes / 1e6:.2f} MB on {self.device}'s allocator"
+                + (f", {self.kernels} CPU kernels" if self.kernels else ""))
+
+
+_OPTIMIZER_CLASSES = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "sgd": "SGD"}
+
+
+def _measure_config(func: str, build: Any, *, batch_size: int, optimizer: str, dtype_policy: str, remat: bool,
+                    accumulation_steps: int, steps: int) -> tuple[str, dict, dict]:
+    """build's source, the child's config and the config shown to the user, every argument checked
+    first (errors name ``func``)."""
+    from .processes import function_source
+
+    source = function_source(
+        func, build, what="build must be a function defined with `def` that returns an uncompiled Keras model",
+        closure_fix="It runs in a fresh process that receives its source only: define it at the top level of "
+                    "a cell or a script.")
+    if build.__code__.co_argcount:
+        raise ValueError(f"{func}: build must take no arguments; {build.__name__}() takes "
+                         f"{build.__code__.co_argcount}. Fix its settings inside it.")
+    batch_size = require_int(func, "batch_size", batch_size, minimum=1)
+    optimizer = require_choice(func, "optimizer", optimizer, _OPTIMIZER_CLASSES)
+    dtype_policy = require_choice(func, "dtype_policy", dtype_policy, DTYPE_POLICIES)
+    remat = require_bool(func, "remat", remat)
+    accumulation_steps = require_int(func, "accumulation_steps", accumulation_steps, minimum=1)
+    steps = require_int(func, "steps", steps, minimum=1)
+    if batch_size % accumulation_steps:
+        raise ValueError(f"{func}: batch_size={batch_size} is not divisible by accumulation_steps="
+                         f"{accumulation_steps}; every step must get the same number of samples.")
+    config = {"batch_size": batch_size, "optimizer": _OPTIMIZER_CLASSES[optimizer], "dtype_policy": dtype_policy,
+              "remat": remat, "accumulation_steps": accumulation_steps, "steps": steps}
+    return source, config, dict(config, optimizer=optimizer)
+
+
+def _measurement(values: dict, shown: dict, func: str) -> MemoryMeasurement:
+    if int(values["state"]) <= 0:
+        # Seen on CPU with a model of a few kilobytes: the allocator's statistics stayed at zero.
+        raise ValueError(f"{func}: TensorFlow's allocator on {values['device']} counted nothing held between steps "
+                         f"for this model ({shown}); its statistics miss small allocations. Measure a model with "
+                         "at least a megabyte of parameters, or estimate this one with estimate_memory.")
+    return MemoryMeasurement(int(values["state"]), int(values["peak"]), values["device"], shown,
+                             values.get("kernels", ""))
+
+
+def _child_env(func: str, kernels: str | None) -> dict[str, str]:
+    """The measuring child's environment: the CPU kernel family asked for (None: this process's environment
+    decides, as it did for this process) and TensorFlow's BFC CPU allocator, whose statistics are the
+    measurement under either family."""
+    from .cpu_kernels import family_env
+
+    return family_env(kernels, func) if kernels is not None else {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+
+
+def _measure(func: str, source: str, name: str, jobs: list[tuple[str, dict, dict]], processes: int,
+             env: dict[str, str], on_result: Any = None) -> dict[str, MemoryMeasurement]:
+    """Every job in a process of its own (``_children/measure.py``; on Linux forked from one process that
+    imported TensorFlow, which saves the import, about 4 s here, for every configuration)."""
+    from ._children import Job, run_jobs
+    from .processes import ChildError
+
+    shown = {n: s for n, _, s in jobs}
+    results: dict[str, MemoryMeasurement] = {}
+    failures: list[str] = []
+    refused: list[ValueError] = []       # measured, but nothing the allocator counted: the user's error
+
+    def done(outcome: Any, _count: int, total: int) -> None:
+        if not outcome.ok:
+            reason = outcome.error.strip().splitlines()[-1] if not outcome.died else outcome.error.strip()
+            failures.append(f"{outcome.id}: {reason}" if total > 1 else reason)
+            return
+        try:
+            results[outcome.id] = _measurement(outcome.values, shown[outcome.id], func)
+        except ValueError as err:
+            refused.append(err)
+            return
+        if on_result is not None:
+            on_result(outcome.id, results[outcome.id], len(results), total)
+
+    run_jobs("measure", [Job(n, {"config": c, "build_source": source, "build_name": name}, env) for n, c, _ in jobs],
+             processes=processes, timeout=300 + 60 * len(jobs), on_result=done, func=func)
+    if failures:
+        raise ChildError(f"{func}: " + "\n".join(failures + [str(err) for err in refused]))
+    if refused:
+        raise refused[0]
+    return results
+
+
+def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtype_policy: str = "float32",
+                   remat: bool = False, accumulation_steps: int = 1, steps: int = 2,
+                   kernels: str | None = None) -> MemoryMeasurement:
+    """Train ``build()``'s model for ``steps`` steps in a fresh process and ask TensorFlow's allocator.
+
+    ``build``: a zero-argument function, defined with ``def`` in a notebook cell or a script, returning an
+    uncompiled Keras model (``keras``, ``tf`` and ``np`` are available inside it). The model is trained
+    on random data with a mean-squared-error loss: one whole update, then ``steps`` updates measured
+    (``steps x accumulation_steps`` training steps). ``batch_size`` is the batch of one update: with
+    ``accumulation_steps=k`` each step runs ``batch_size / k`` samples. ``remat=True`` rematerializes
+    the model in segments (``rematerialize``). A process of its own, with a new TensorFlow runtime and
+    allocator: a model measured after another in one process would count what the first one left. On
+    Linux it is forked from a process that has imported TensorFlow but not started it, which saves the
+    import (about 4 s here); elsewhere, or with ``GPUTRAIN_FORK=0``, a new interpreter.
+
+    ``kernels``: the CPU kernel family to measure with, ``"onednn"`` or ``"eigen"`` (``cpu_kernels``); None
+    keeps this process's (its environment's) family. The process uses TensorFlow's BFC CPU allocator, whose
+    statistics work under both families, so this works from a plain script too, with or without ``setup()``.
+    """
+    source, config, shown = _measure_config(
+        "measure_memory", build, batch_size=batch_size, optimizer=optimizer, dtype_policy=dtype_policy, remat=remat,
+        accumulation_steps=accumulation_steps, steps=steps)
+    env = _child_env("measure_memory", kernels)
+    return _measure("measure_memory", source, build.__name__, [("one", config, shown)], 1, env)["one"]
+
+
+_LEVER_KEYS = ("batch_size", "optimizer", "dtype_policy", "remat", "accumulation_steps")
+
+
+def _lever_jobs(func: str, build: Any, levers: Any, batch_size: int,
+                steps: int) -> tuple[str, list[tuple[str, dict, dict]]]:
+    """build's source and, per lever, (name, child config, config shown), every argument checked."""
+    from collections.abc import Mapping
+
+    if not isinstance(levers, Mapping) or not levers:
+        raise ArgumentTypeError(f"{func}: levers must be a non-empty dict of name -> settings, e.g. "
+                                f"{{'Adam': {{}}, 'SGD': {{'optimizer': 'sgd'}}}}; got {short(levers)}.")
+    source, jobs = "", []
+    for name, settings in levers.items():
+        if not isinstance(name, str) or not isinstance(settings, Mapping):
+            raise ArgumentTypeError(f"{func}: each lever is a name (str) and a dict of settings, got "
+                                    f"{short(name)}: {short(settings)}.")
+        unknown = sorted(set(settings) - set(_LEVER_KEYS))
+        if unknown:
+            raise ValueError(f"{func}: levers[{name!r}] sets {unknown}; a lever can set {list(_LEVER_KEYS)}.")
+        config = {"batch_size": batch_size, "optimizer": "adam", "dtype_policy": "float32", "remat": False,
+                  "accumulation_steps": 1, **settings}
+        source, child_config, shown = _measure_config(func, build, steps=steps, **config)
+        jobs.append((name, child_config, shown))
+    return source, jobs
+
+
+def measure_levers(build: Any, levers: Any, *, batch_size: int, steps: int = 2, processes: int = 2,
+                   on_result: Any = None, kernels: str | None = None) -> dict[str, MemoryMeasurement]:
+    """``measure_memory`` for several configurations, each in a process of its own (forked from one that
+    imported TensorFlow once, on Linux), up to ``processes`` at a time. ``levers``: name -> settings that
+    differ from the default (``batch_size``, ``optimizer``, ``dtype_policy``, ``remat``,
+    ``accumulation_steps``), e.g. ``{"Adam": {}, "SGD": {"optimizer": "sgd"}}``.
+    ``on_result(name, measurement, done, total)`` is called as each finishes. Results keep ``levers``' order.
+    ``kernels``: the CPU kernel family, as for ``measure_memory``."""
+    func = "measure_levers"
+    processes = require_int(func, "processes", processes, minimum=1)
+    env = _child_env(func, kernels)
+    source, jobs = _lever_jobs(func, build, levers, batch_size, steps)
+    results = _measure(func, source, build.__name__, jobs, processes, env, on_result)
+    return {name: results[name] for name, _, _ in jobs}
+
+
+class PendingMeasurements(BackgroundRun):
+    """Measurements running in the background (``start_measuring``): ``.result()`` waits for them,
+    ``.progress_bar()`` is a widget that follows them as they finish."""
+
+    unit = "measurement"
+    bar_label = "measured"
+
+    def __init__(self, build: Any, levers: Any, batch_size: int, steps: int, processes: int,
+                 kernels: str | None = None):
+        super().__init__(lambda advance: measure_levers(
+            build, levers, batch_size=batch_size, steps=steps, processes=processes, kernels=kernels,
+            on_result=lambda name, measurement, done, total: advance(done)), len(levers))
+
+    def result(self, timeout: float | None = None) -> dict[str, MemoryMeasurement]:
+        """Wait for every measurement (at most ``timeout`` seconds) and return them by name."""
+        return super().result(timeout)
+
+
+class PendingFamilies(BackgroundRun):
+    """The same measurements under each CPU kernel family, one family after another in the background
+    (``start_measuring_families``): ``.result()`` waits and returns ``{family: {name: MemoryMeasurement}}``."""
+
+    unit = "family"
+    bar_label = "families"
+
+    def __init__(self, build: Any, levers: Any, batch_size: int, steps: int, families: tuple[str, ...]):
+        def work(advance: Any) -> dict[str, dict[str, MemoryMeasurement]]:
+            results = {}
+            for done, family in enumerate(families, start=1):
+                results[family] = measure_levers(build, levers, batch_size=batch_size, steps=steps, processes=1,
+                                                 kernels=family)
+                advance(done)
+            return results
+
+        super().__init__(work, len(families))
+
+    def result(self, timeout: float | None = None) -> dict[str, dict[str, MemoryMeasurement]]:
+        """Wait for every family (at most ``timeout`` seconds) and return the measurements by family, then name."""
+        return super().result(timeout)
+
+
+def start_measuring_families(build: Any, levers: Any, *, batch_size: int, steps: int = 2,
+                             families: Any = None) -> PendingFamilies:
+    """``measure_levers`` once per CPU kernel family (``cpu_kernels.FAMILIES`` by default), in the background.
+
+    TensorFlow fixes its kernel family when it is imported, so each family runs in processes of its own; the
+    families run one after another, one process at a time, so that this adds one process's memory beside the
+    notebook whatever the number of families. Every argument is checked before anything starts."""
+    from .cpu_kernels import FAMILIES
+
+    func = "start_measuring_families"
+    if families is None:
+        families = FAMILIES
+    if isinstance(families, str) or not isinstance(families, (list, tuple)) or not families:
+        raise ArgumentTypeError(f"{func}: families must be a non-empty tuple of CPU kernel families from "
+                                f"{FAMILIES}, got {short(families)}; e.g. families=('onednn', 'eigen').")
+    for family in families:
+        _child_env(func, family)
+    _lever_jobs(func, build, levers, batch_size, steps)
+    return PendingFamilies(build, dict(levers), batch_size, steps, tuple(families))
+
+
+def start_measuring(build: Any, levers: Any, *, batch_size: int, steps: int = 2,
+                    processes: int = 2, kernels: str | None = None) -> PendingMeasurements:
+    """Like ``measure_levers``, but in the background: returns at once (every argument checked first), so
+    a notebook can go on while the child processes measure."""
+    func = "start_measuring"
+    processes = require_int(func, "processes", processes, minimum=1)
+    _child_env(func, kernels)
+    _lever_jobs(func, build, levers, batch_size, steps)
+    return PendingMeasurements(build, dict(levers), batch_size, steps, processes, kernels)
