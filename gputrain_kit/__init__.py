@@ -32,13 +32,13 @@ def _version() -> str:
 __version__ = _version()
 
 #: Submodules, imported on first use (``kit.memory``, ``kit.check``, ...): importing the kit stays light (PEP 562).
-SUBMODULES = ("activity", "batchnorm", "bncases", "branches", "check", "checkpoints", "cluster", "counting",
+SUBMODULES = ("activity", "batchnorm", "branches", "check", "checkpoints", "cluster", "counting",
               "cpu_kernels", "data", "devices", "doctor", "errors", "explainer", "feeding", "gpu_record", "lrscaling",
               "measure", "memory", "multiworker", "netns", "parallel", "pipeline", "placement", "plots", "processes",
               "replicas", "saving", "scaling", "training", "visibility", "widgets")
 
 __all__ = [
-    "setup", "device_names", "inventory", "current", "plan_batches", "expect_error", "error_summary", "bncases",
+    "setup", "device_names", "inventory", "current", "plan_batches", "expect_error", "error_summary",
     "device_activity", "DeviceActivity", "ProfilerBusyError", "activity",
     "explain", "explain_errors", "Explanation", "ExplainedError", "explainer", "netns",
     "parse_cuda_visible_devices", "estimate_memory", "measure_memory", "MemoryMeasurement", "branches", "memory", "pipeline",

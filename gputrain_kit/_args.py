@@ -60,6 +60,19 @@ def require_bool(func: str, name: str, value: Any) -> bool:
     return value
 
 
+def require_number(func: str, name: str, value: Any, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as a float if it is a real number above 0 (or at least 0 with ``allow_zero``); otherwise raise
+    ArgumentTypeError (not a number) or ValueError (out of range), naming the argument and what was given."""
+    import numbers
+
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{func}: {name} must be a number, got {short(value)}.")
+    if float(value) < 0 or (float(value) == 0 and not allow_zero):
+        raise ValueError(f"{func}: {name} must be a {'non-negative' if allow_zero else 'positive'} number, "
+                         f"got {short(value)}.")
+    return float(value)
+
+
 def require_str(func: str, name: str, value: Any) -> str:
     """Return ``value`` if it is a string, or raise ArgumentTypeError naming the argument and what was given."""
     if not isinstance(value, str):

@@ -1,12 +1,38 @@
-"""The small models of notebook 05's BatchNorm trap, defined once: the matrix's child processes
-(``_children/bn_case.py``) and the tests build them from here."""
+"""Notebook 05's BatchNorm trap: its small models, defined once (``bn_model``), and the trap as a matrix, not one
+behaviour: model kind x BN setting x batching -> outcome.
+
+"no BN" rows separate what BatchNormalization does from what the model's other layers do: with oneDNN CPU kernels
+a Conv2D's gradient itself fails on an empty replica batch.
+
+Each case trains a small model for two epochs under ``MirroredStrategy`` over 4 devices on 1030 samples,
+global batch 64: without ``drop_remainder`` the last step is split [2, 2, 2, 0] and replica 3 gets nothing.
+The outcome is one of
+
+- ``"silent NaN"``: training ends with a finite loss, but some replica's copy of a variable is NaN;
+- ``"loud NaN"``: the loss becomes NaN (``TerminateOnNaN`` stops training);
+- ``"crash"``: ``fit`` raises (the error text a user sees is kept);
+- ``"healthy"``: every copy finite (``spread`` says how far the replicas' copies drifted apart).
+
+A crashed collective can poison the whole process (every later ``fit`` fails), so cases run in child
+processes, and a case after a crash always gets a fresh one.
+
+The outcome depends on TensorFlow's CPU kernels (``cpu_kernels``): with oneDNN's kernels an empty replica batch
+crashes the conv net's ``fit``, with the portable Eigen kernels the same case trains into NaN or stays healthy,
+and on a GPU (the H100 record) nothing crashes. ``kernels=("onednn", "eigen")`` runs every case under both
+families, each in processes of its own (the family is fixed when TensorFlow is imported), so any machine shows
+both.
+"""
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
-from ._args import require_choice
+from ._args import require_choice, require_int, short
+from .cpu_kernels import FAMILIES, FAMILY_NAMES, family_env
+from .processes import BackgroundRun
 
-__all__ = ["MODELS", "BN_SETTINGS", "bn_model"]
+__all__ = ["MODELS", "BN_SETTINGS", "BATCHINGS", "DEFAULT_CASES", "CaseResult", "Matrix", "bn_model", "run_cases",
+           "start_cases", "PendingCases"]
 
 MODELS = ("dense", "conv")
 BN_SETTINGS = ("no BN", "scale=False", "scale=True", "synchronized")
@@ -30,3 +56,217 @@ def bn_model(kind: str, bn: str, *, classes: int = 4, features: int = 16) -> Any
                   keras.layers.ReLU(), keras.layers.GlobalAveragePooling2D(),
                   keras.layers.Dense(classes, name="logits")]
     return keras.Sequential(layers, name=f"{kind}_net")
+
+
+BATCHINGS = ("last step empty", "drop_remainder")
+OUTCOMES = ("silent NaN", "loud NaN", "crash", "healthy")
+#: The cases notebook 05 shows, each under both CPU kernel families: the Dense trap (scale=False: silent; the
+#: default scale=True: loud), the conv net with the empty last step without BN, with the default BN and
+#: synchronized (where the kernel families disagree), and the fix that holds under every family, fixed-size
+#: batches, with synchronized BN (its copies stay identical). Notebook 02 shows a Dense model without BN training
+#: through an empty step, notebook 05's sections 3 and 4 drift and the fixes on the Dense model. OTHER_CASES has
+#: the rest of the 14 (tests/test_batchnorm.py runs all of them under both families).
+DEFAULT_CASES = [
+    ("dense", "scale=False", "last step empty"), ("dense", "scale=True", "last step empty"),
+    ("conv", "no BN", "last step empty"), ("conv", "scale=True", "last step empty"),
+    ("conv", "synchronized", "last step empty"), ("conv", "synchronized", "drop_remainder"),
+]
+#: Every other combination, which the tests run too.
+OTHER_CASES = [(m, bn, b) for m in MODELS for bn in BN_SETTINGS for b in BATCHINGS
+               if (m, bn, b) not in DEFAULT_CASES and not (bn == "no BN" and b == "drop_remainder")]
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    model: str
+    bn: str
+    batching: str
+    outcome: str
+    detail: str                  # the error a user sees, or what is non-finite
+    losses: tuple[float, ...]    # per finished epoch (empty after a crash)
+    nan_copies: int              # replica copies of variables with NaN/inf
+    spread: float                # largest difference of a finite copy from replica 0's
+    nan_rows: int                # rows of predict under the strategy with NaN (of 1030)
+    later_fit: str               # after a crash: "works" or the error a second fit raises
+    kernels: str = ""            # the CPU kernel family the case ran with: "onednn" or "eigen"
+
+    @property
+    def case(self) -> tuple[str, str, str]:
+        return (self.model, self.bn, self.batching)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    results: tuple[CaseResult, ...]
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """The CPU kernel families the cases ran with, in the order asked for."""
+        return tuple(dict.fromkeys(r.kernels for r in self.results))
+
+    @property
+    def cases(self) -> tuple[tuple[str, str, str], ...]:
+        return tuple(dict.fromkeys(r.case for r in self.results))
+
+    def outcome(self, model: str, bn: str, batching: str, kernels: str | None = None) -> CaseResult:
+        """One case's result; ``kernels`` picks the family when the matrix ran more than one."""
+        if kernels is None and len(self.families) > 1:
+            raise ValueError(f"Matrix.outcome: the cases ran under {len(self.families)} CPU kernel families; "
+                             f"name one: kernels={self.families[0]!r} or {self.families[1]!r}.")
+        for r in self.results:
+            if r.case == (model, bn, batching) and (kernels is None or r.kernels == kernels):
+                return r
+        raise KeyError(f"Matrix.outcome: no case ({short(model)}, {short(bn)}, {short(batching)})"
+                       + (f" under {short(kernels)}" if kernels else "") + " was run.")
+
+    def side_by_side(self, **recorded: dict[tuple[str, str, str], str]) -> str:
+        """Each case's outcome under every family, in columns. ``recorded``: more columns, column name ->
+        {case: outcome} (e.g. the H100 record's: ``H100_recorded=kit.gpu_record.bn_outcomes()``)."""
+        columns = [(FAMILY_NAMES.get(f, f or "this process"), {r.case: r.outcome for r in self.results
+                                                                if r.kernels == f}) for f in self.families]
+        columns += [(name.replace("_", " "), outcomes) for name, outcomes in recorded.items()]
+        widths = [max(len(name), 11) for name, _ in columns]
+        head = f"{'model':<6} {'BatchNorm':<13} {'batches':<16} " + " ".join(
+            f"{name:<{w}}" for (name, _), w in zip(columns, widths))
+        lines = [head.rstrip(), "-" * len(head.rstrip())]
+        for case in self.cases:
+            cells = " ".join(f"{outcomes.get(case, '-'):<{w}}" for (_, outcomes), w in zip(columns, widths))
+            lines.append(f"{case[0]:<6} {case[1]:<13} {case[2]:<16} {cells}".rstrip())
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        multi = len(self.families) > 1
+        head = (f"{'model':<6} {'BatchNorm':<13} {'batches':<16} " + (f"{'kernels':<17}" if multi else "")
+                + f"{'outcome':<11} what you see")
+        lines = [head, "-" * len(head)]
+        for r in self.results:
+            family = f"{FAMILY_NAMES.get(r.kernels, r.kernels):<17}" if multi else ""
+            lines.append(f"{r.model:<6} {r.bn:<13} {r.batching:<16} {family}{r.outcome:<11} {r.detail}")
+        return "\n".join(lines)
+
+
+def _classify(raw: dict[str, Any], kernels: str = "") -> CaseResult:
+    import math
+
+    kind, bn, batching = raw["case"]
+    losses = tuple(raw["losses"])
+    if raw["error"]:
+        outcome, detail = "crash", raw["error"]
+        if raw["nan_copies"]:
+            replicas = ", ".join(map(str, raw["poisoned_replicas"]))
+            detail += f" | left NaN in {', '.join(raw['poisoned'])} on replica {replicas}"
+        if raw["later_fit"] != "works":
+            detail += " | a later fit in the same process fails too"
+    elif any(not math.isfinite(v) for v in losses):
+        epoch = next(i for i, v in enumerate(losses, 1) if not math.isfinite(v))
+        outcome = "loud NaN"
+        detail = (f"loss NaN in epoch {epoch}, TerminateOnNaN stops; NaN in {', '.join(raw['poisoned'])} "
+                  f"({raw['nan_copies']} copies), {raw['nan_rows']} of 1030 rows NaN")
+    elif raw["nan_copies"]:
+        outcome = "silent NaN"
+        replicas = ", ".join(map(str, raw["poisoned_replicas"]))
+        detail = (f"loss finite; NaN in {', '.join(raw['poisoned'])} on replica {replicas}, "
+                  f"{raw['nan_rows']} of 1030 rows NaN")
+    else:
+        outcome = "healthy"
+        detail = f"all copies finite; replicas drift apart by {raw['spread']:.2f}" if raw["spread"] > 1e-6 \
+            else "all copies finite and identical"
+    return CaseResult(kind, bn, batching, outcome, detail, losses, raw["nan_copies"], float(raw["spread"]),
+                      raw["nan_rows"], raw["later_fit"], kernels)
+
+
+def _check(func: str, cases: Iterable[tuple[str, str, str]] | None, epochs: Any, processes: Any,
+           kernels: Any = None) -> tuple[list[tuple[str, str, str]], int, int, tuple[str, ...] | None]:
+    if kernels is not None:
+        if isinstance(kernels, str):
+            kernels = (kernels,)
+        try:
+            kernels = tuple(kernels)
+        except TypeError:
+            raise ValueError(f"{func}: kernels must be None (this process's CPU kernels), 'onednn', 'eigen' or "
+                             f"both, e.g. kernels=('onednn', 'eigen'); got {short(kernels)}.") from None
+        if not kernels or len(set(kernels)) != len(kernels):
+            raise ValueError(f"{func}: kernels must name each family once, e.g. kernels=('onednn', 'eigen'); got "
+                             f"{short(kernels)}.")
+        for family in kernels:
+            require_choice(func, "kernels", family, FAMILIES)
+    checked: list[tuple[str, str, str]] = []
+    for case in (DEFAULT_CASES if cases is None else cases):
+        if len(tuple(case)) != 3:
+            raise ValueError(f"{func}: each case is (model, bn, batching), got {short(case)}.")
+        model, bn, batching = case
+        checked.append((require_choice(func, "model", model, MODELS), require_choice(func, "bn", bn, BN_SETTINGS),
+                        require_choice(func, "batching", batching, BATCHINGS)))
+    return (checked, require_int(func, "epochs", epochs, minimum=1),
+            require_int(func, "processes", processes, minimum=1), kernels)
+
+
+def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: int = 2, processes: int = 2,
+              timeout: float = 300, on_result: Callable[[CaseResult, int, int], None] | None = None,
+              kernels: str | Iterable[str] | None = None) -> Matrix:
+    """Run BatchNorm cases, each a (model, bn, batching) from MODELS x BN_SETTINGS x BATCHINGS (default:
+    DEFAULT_CASES), in up to ``processes`` child processes at a time (``_children/bn_case.py``; on Linux forked
+    from one process per family that imported TensorFlow). ``on_result(result, done, total)`` is called as each
+    case finishes (for a progress bar). ``kernels``: the CPU kernel families to run every case under
+    (``"onednn"``, ``"eigen"`` or both; None: the family this process's environment gives). Results come back
+    in the order of ``cases``, family by family."""
+    from ._children import Job, run_jobs
+
+    cases, epochs, processes, kernels = _check("run_cases", cases, epochs, processes, kernels)
+    families = kernels or ("",)
+    jobs = [Job(f"{family}|{'|'.join(case)}", {"kind": case[0], "bn": case[1], "batching": case[2], "epochs": epochs},
+                family_env(family, "run_cases") if family else {})
+            for family in families for case in cases]
+    total = len(jobs)
+    results: dict[str, CaseResult] = {}
+
+    def classify(outcome: Any) -> CaseResult:
+        family, kind, bn, batching = outcome.id.split("|")
+        if outcome.ok:
+            return _classify(outcome.values, family)
+        if outcome.died and not outcome.timed_out:      # the case's process crashed: that is its outcome
+            return _classify({"case": [kind, bn, batching], "losses": [], "later_fit": "not tried", "poisoned": [],
+                              "poisoned_replicas": [], "nan_copies": 0, "spread": 0.0, "nan_rows": 0,
+                              "error": outcome.error}, family)
+        raise RuntimeError(f"run_cases: case ({kind}, {bn}, {batching})"
+                           f"{' (' + family + ')' if family else ''} did not report: {outcome.error}")
+
+    def done(outcome: Any, count: int, _total: int) -> None:
+        try:
+            results[outcome.id] = classify(outcome)
+        except RuntimeError:
+            return                       # raised below, after every case ran
+        if on_result is not None:
+            on_result(results[outcome.id], count, total)
+
+    outcomes = run_jobs("bn_case", jobs, processes=processes, timeout=timeout, on_result=done, func="run_cases")
+    return Matrix(tuple(results.get(job_id) or classify(outcome) for job_id, outcome in outcomes.items()))
+
+
+class PendingCases(BackgroundRun):
+    """Cases running in the background (``start_cases``): ``.result()`` waits for the Matrix,
+    ``.progress_bar()`` is a widget that follows the cases as they finish."""
+
+    unit = "case"
+    bar_label = "cases run"
+
+    def __init__(self, cases: list[tuple[str, str, str]], epochs: int, processes: int, timeout: float,
+                 kernels: tuple[str, ...] | None = None):
+        super().__init__(lambda advance: run_cases(cases, epochs=epochs, processes=processes, timeout=timeout,
+                                                   kernels=kernels,
+                                                   on_result=lambda result, done, total: advance(done)),
+                         len(cases) * len(kernels or ("",)))
+
+    def result(self, timeout: float | None = None) -> Matrix:
+        """Wait for every case (at most ``timeout`` seconds) and return the Matrix."""
+        return super().result(timeout)
+
+
+def start_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: int = 2, processes: int = 2,
+                timeout: float = 300, kernels: str | Iterable[str] | None = None) -> PendingCases:
+    """Like ``run_cases``, but in the background: returns at once (arguments checked first), so a notebook
+    can go on while the child processes train. Two cases at a time by default: on a 2-core machine the
+    notebook's own cells run slower meanwhile, but the cases are done sooner (``processes=1`` leaves the
+    kernel a core)."""
+    cases, epochs, processes, kernels = _check("start_cases", cases, epochs, processes, kernels)
+    return PendingCases(cases, epochs, processes, timeout, kernels)

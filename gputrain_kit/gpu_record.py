@@ -84,7 +84,7 @@ def bn_outcomes() -> dict[tuple[str, str, str], str]:
     """The recorded BatchNorm matrix as {(model, bn, batching): outcome}, for ``Matrix.side_by_side``."""
     outcomes = {}
     for row in RECORD["facts"]["bn_matrix"]["rows"][2:]:    # after the header and its rule
-        # the columns of bncases.Matrix's table: model 6, BatchNorm 13, batches 16, outcome 11
+        # the columns of batchnorm.Matrix's table: model 6, BatchNorm 13, batches 16, outcome 11
         case = (row[0:6].strip(), row[7:20].strip(), row[21:37].strip())
         outcomes[case] = row[38:49].strip()
     return outcomes

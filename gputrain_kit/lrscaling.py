@@ -12,22 +12,16 @@ from __future__ import annotations
 import numbers
 from typing import Any, Sequence
 
-from ._args import require_int, short
+from ._args import require_int, require_number, short
 
 __all__ = ["linear_scaled_lr", "warmup_schedule", "batch_sweep", "first_steps"]
-
-
-def _positive(func: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) > 0:
-        raise ValueError(f"{func}: {name} must be a positive number, got {short(value)}.")
-    return float(value)
 
 
 def linear_scaled_lr(base_lr: float, base_batch: int, batch: int) -> float:
     """Goyal et al.: multiply the learning rate by k when the batch is multiplied by k."""
     base_batch = require_int("linear_scaled_lr", "base_batch", base_batch, minimum=1)
     batch = require_int("linear_scaled_lr", "batch", batch, minimum=1)
-    base_lr = _positive("linear_scaled_lr", "base_lr", base_lr)
+    base_lr = require_number("linear_scaled_lr", "base_lr", base_lr)
     return base_lr * batch / base_batch
 
 
@@ -39,8 +33,8 @@ def warmup_schedule(start_lr: float, peak_lr: float, warmup_steps: int):
     import keras
 
     func = "warmup_schedule"
-    start_lr = _positive(func, "start_lr", start_lr)
-    peak_lr = _positive(func, "peak_lr", peak_lr)
+    start_lr = require_number(func, "start_lr", start_lr)
+    peak_lr = require_number(func, "peak_lr", peak_lr)
     warmup_steps = require_int(func, "warmup_steps", warmup_steps, minimum=1)
 
     class LinearWarmup(keras.optimizers.schedules.LearningRateSchedule):

@@ -42,7 +42,6 @@ PRESETS = {
     "course digits model": "digits",
 }
 # Display names used by earlier versions of the course: still accepted, never shown.
-PRESET_ALIASES = {"InceptionV3 299x299 (seed 003)": "InceptionV3 299x299"}
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,7 @@ def preset_profile(name: str) -> list[LayerStat]:
     The stored numbers were read from ``keras.applications.<Model>(weights=None)``; a test rebuilds
     the models and checks them.
     """
-    key = PRESETS.get(PRESET_ALIASES.get(name, name), name)
+    key = PRESETS.get(name, name)
     if key not in PRESETS.values():
         raise ValueError(f"preset_profile: unknown preset {short(name)}; choose from {list(PRESETS)}.")
     if key == "dense_stack":

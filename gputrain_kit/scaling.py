@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._args import require_int, short
+from ._args import require_int, require_number, short
 
 __all__ = ["Link", "LINKS", "NETWORKS", "ScalingPrediction", "scaling_model", "predict_curve", "ASSUMPTIONS"]
 
@@ -77,13 +77,6 @@ class ScalingPrediction:
                 f"{self.communication_share:.0%} of the step{capped})")
 
 
-def _positive(name: str, value: float, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"scaling_model: {name} must be a {'non-negative' if allow_zero else 'positive'} number, "
-                         f"got {short(value)}.")
-    return float(value)
-
-
 def scaling_model(gpus: int, *, compute_time_per_sample: float, gradient_bytes: float, per_gpu_batch: int,
                   bandwidth: float, latency: float = 10e-6, overlap: float = 0.0,
                   input_ceiling: float | None = None) -> ScalingPrediction:
@@ -93,13 +86,13 @@ def scaling_model(gpus: int, *, compute_time_per_sample: float, gradient_bytes: 
     """
     gpus = require_int("scaling_model", "gpus", gpus, minimum=1)
     per_gpu_batch = require_int("scaling_model", "per_gpu_batch", per_gpu_batch, minimum=1)
-    t_sample = _positive("compute_time_per_sample", compute_time_per_sample)
-    grad = _positive("gradient_bytes", gradient_bytes, allow_zero=True)
-    bw = _positive("bandwidth", bandwidth)
-    lat = _positive("latency", latency, allow_zero=True)
+    t_sample = require_number("scaling_model", "compute_time_per_sample", compute_time_per_sample)
+    grad = require_number("scaling_model", "gradient_bytes", gradient_bytes, allow_zero=True)
+    bw = require_number("scaling_model", "bandwidth", bandwidth)
+    lat = require_number("scaling_model", "latency", latency, allow_zero=True)
     if isinstance(overlap, bool) or not isinstance(overlap, (int, float)) or not 0 <= overlap <= 1:
         raise ValueError(f"scaling_model: overlap must be between 0 and 1, got {short(overlap)}.")
-    ceiling = float("inf") if input_ceiling is None else _positive("input_ceiling", input_ceiling)
+    ceiling = float("inf") if input_ceiling is None else require_number("scaling_model", "input_ceiling", input_ceiling)
 
     compute = per_gpu_batch * t_sample
     allreduce = 0.0 if gpus == 1 else 2 * (gpus - 1) / gpus * grad / bw + 2 * (gpus - 1) * lat

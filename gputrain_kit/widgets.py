@@ -234,7 +234,7 @@ class MemoryExplorer:
         import ipywidgets as widgets
 
         from ._args import require_bool, require_choice, require_int
-        from .memory import DTYPE_POLICIES, OPTIMIZER_SLOTS, PRESET_ALIASES, PRESETS, ZERO_STAGES
+        from .memory import DTYPE_POLICIES, OPTIMIZER_SLOTS, PRESETS, ZERO_STAGES
 
         func = "MemoryExplorer"
         batch = require_int(func, "batch", batch, minimum=1)
@@ -244,7 +244,7 @@ class MemoryExplorer:
         accumulation_steps = require_int(func, "accumulation_steps", accumulation_steps, minimum=1)
         require_choice(func, "zero_stage", zero_stage, ZERO_STAGES)
         wide = {"description_width": "initial"}
-        self.preset = widgets.Dropdown(options=list(PRESETS), value=PRESET_ALIASES.get(preset, preset),
+        self.preset = widgets.Dropdown(options=list(PRESETS), value=preset,
                                        description="model", style=wide, layout=widgets.Layout(width="380px"))
         batches = sorted({2 ** i for i in range(17)} | {batch})        # 1 ... 65,536 (tokens, for some models)
         self.batch = widgets.SelectionSlider(options=batches, value=batch, description="global batch", style=wide)

@@ -45,9 +45,9 @@ case("measure.start_measuring", "processes", "processes=0", "kit.measure.start_m
 case("measure.start_measuring_families", "families", "one family as a string instead of a tuple",
      "kit.measure.start_measuring_families(job, {'Adam': {}}, batch_size=8, families='eigen')")
 case("measure_memory", "kernels", "an unknown CPU kernel family", "kit.measure_memory(job, batch_size=8, kernels='mkl')")
-case("bncases.start_cases", "kernels", "the same family twice",
-     "kit.bncases.start_cases(kernels=('eigen', 'eigen'))")
-case("bncases.run_cases", "kernels", "an unknown CPU kernel family", "kit.bncases.run_cases(kernels=('onednn', 'avx2'))")
+case("batchnorm.start_cases", "kernels", "the same family twice",
+     "kit.batchnorm.start_cases(kernels=('eigen', 'eigen'))")
+case("batchnorm.run_cases", "kernels", "an unknown CPU kernel family", "kit.batchnorm.run_cases(kernels=('onednn', 'avx2'))")
 case("memory.dense_stack_profile", "head", "head=0", "kit.memory.dense_stack_profile(8, 512, head=0)")
 case("widgets.MemoryExplorer", "optimizer", "an optimizer the estimate does not know",
      "kit.widgets.MemoryExplorer(optimizer='lamb')")
@@ -63,7 +63,7 @@ case("launch_local_workers", "timeout", "timeout=-1", "kit.launch_local_workers(
 case("explain", "error", "a number", "kit.explain(42)")
 case("device_activity", "devices", "one device name instead of a list", "kit.device_activity('/device:CPU:0')")
 case("expect_error", "", "no exception type", "kit.expect_error().__enter__()")
-case("bncases.run_cases", "", "an unknown model kind", "kit.bncases.run_cases([('mlp', 'scale=True', 'drop_remainder')])")
+case("batchnorm.run_cases", "", "an unknown model kind", "kit.batchnorm.run_cases([('mlp', 'scale=True', 'drop_remainder')])")
 # --------------------------------------------------------------------------- models
 case("setup", "devices", "a second setup with another device count", "kit.setup(devices=8)")
 case("replica_report", "model", "a string as the model", "kit.replica_report('model', strategy)")

@@ -10,7 +10,7 @@ import os
 import pytest
 
 from gputrain_kit import cpu_kernels
-from gputrain_kit.bncases import Matrix, CaseResult
+from gputrain_kit.batchnorm import Matrix, CaseResult
 from conftest import last_json, run_python
 
 FAMILY_ENV = {"onednn": "1", "eigen": "0"}
@@ -160,7 +160,7 @@ def test_batchnorm_matrix_depends_on_the_kernels():
              ("dense", "scale=False", "last step empty")]
     proc = run_python(f"""
         import json, gputrain_kit as kit
-        m = kit.bncases.run_cases({cases!r}, kernels=("onednn", "eigen"))
+        m = kit.batchnorm.run_cases({cases!r}, kernels=("onednn", "eigen"))
         print(json.dumps([[r.kernels, list(r.case), r.outcome, r.detail] for r in m.results]))
     """, timeout=400)
     got = {(k, tuple(c)): (o, d) for k, c, o, d in last_json(proc)}

@@ -1,5 +1,5 @@
 """kit.explain on errors the installed TensorFlow/Keras really raise (made here in a child process), and
-on the documented GPU-only messages. The conv-net crashes come from test_bncases.py, the Keras 3 fit
+on the documented GPU-only messages. The conv-net crashes come from test_batchnorm.py, the Keras 3 fit
 under MultiWorkerMirroredStrategy from test_multiworker.py: both assert that explain knows them."""
 from __future__ import annotations
 

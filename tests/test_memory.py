@@ -247,5 +247,6 @@ def test_memory_explorer_headless():
     assert "cannot split 2 layer" in e.summary.value and e.estimate is None
     assert list(PRESETS)[0] == "InceptionV3 299x299"
     assert not any("seed" in name for name in PRESETS)
-    assert preset_profile("InceptionV3 299x299 (seed 003)") == preset_profile("InceptionV3 299x299")
+    with pytest.raises(ValueError, match="preset"):
+        preset_profile("InceptionV3 299x299 (seed 003)")       # no back-compat names in a 0.x kit
     assert "fits" in memory_verdict(estimate_memory(preset_profile("digits"), batch_size=8), 12)

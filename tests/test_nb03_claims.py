@@ -120,12 +120,12 @@ def test_nb03_exercise_checks():
     assert "Not answered" in repr(check.nb03_bubble(...))
 
 
-def test_memory_presets_show_no_source_numbers_and_old_names_still_work():
-    """The preset the notebook's explorer shows is named after the model; the earlier display name still loads."""
+def test_memory_presets_show_no_source_numbers():
+    """The preset the notebook's explorer shows is named after the model, by its display name or its key."""
     from gputrain_kit.memory import PRESETS, preset_profile
 
     assert "InceptionV3 299x299" in PRESETS and not any("seed" in name.lower() for name in PRESETS)
-    assert preset_profile("InceptionV3 299x299 (seed 003)") == preset_profile("inception_v3")
+    assert preset_profile("InceptionV3 299x299") == preset_profile("inception_v3")
 
 
 def test_branches_source_shown_by_the_notebook_names_no_source_numbers():

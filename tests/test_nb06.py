@@ -78,6 +78,8 @@ def test_model_properties():
         scaling_model(2, per_gpu_batch=64, overlap=2, **base)
     with pytest.raises(ValueError, match="bandwidth must be a positive number"):
         scaling_model(2, per_gpu_batch=64, **{**base, "bandwidth": 0})
+    with pytest.raises(TypeError, match="bandwidth must be a number, got '12e9'"):
+        scaling_model(2, per_gpu_batch=64, **{**base, "bandwidth": "12e9"})
     with pytest.raises(ValueError, match="unknown link"):
         predict_curve("VGG-16", "carrier pigeon", 64, 4)
 

@@ -1,4 +1,4 @@
-"""One BatchNorm case of notebook 05's matrix, in a process of its own (``bncases.run_cases`` sends it).
+"""One BatchNorm case of notebook 05's matrix, in a process of its own (``batchnorm.run_cases`` sends it).
 
 ``prepare()`` imports TensorFlow and makes the data (before any fork); ``run(kind, bn, batching, epochs)``
 starts a runtime with 4 simulated devices, trains the case's model under ``MirroredStrategy`` and reports
@@ -43,7 +43,7 @@ def _start_runtime() -> Any:
 
 
 def run(kind: str, bn: str, batching: str, epochs: int) -> dict[str, Any]:
-    """Train the case and describe what happened (``bncases._classify`` turns it into an outcome)."""
+    """Train the case and describe what happened (``batchnorm._classify`` turns it into an outcome)."""
     import keras
     import numpy as np
     import tensorflow as tf

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import gputrain_kit as kit
-from gputrain_kit import bncases
+from gputrain_kit import batchnorm
 from gputrain_kit.errors import error_summary
 
 
@@ -18,7 +18,7 @@ FAMILIES = ("onednn", "eigen")
 
 @pytest.fixture(scope="module")
 def both():
-    return bncases.run_cases(bncases.DEFAULT_CASES + bncases.OTHER_CASES, kernels=FAMILIES)
+    return batchnorm.run_cases(batchnorm.DEFAULT_CASES + batchnorm.OTHER_CASES, kernels=FAMILIES)
 
 
 class _OneFamily:
@@ -52,10 +52,10 @@ def test_both_families_ran_every_case(both):
 
 
 def test_the_cases_cover_every_combination():
-    every = {(m, bn, b) for m in bncases.MODELS for bn in bncases.BN_SETTINGS for b in bncases.BATCHINGS
+    every = {(m, bn, b) for m in batchnorm.MODELS for bn in batchnorm.BN_SETTINGS for b in batchnorm.BATCHINGS
              if not (bn == "no BN" and b == "drop_remainder")}
-    assert set(bncases.DEFAULT_CASES) | set(bncases.OTHER_CASES) == every and len(every) == 14
-    assert not set(bncases.DEFAULT_CASES) & set(bncases.OTHER_CASES)
+    assert set(batchnorm.DEFAULT_CASES) | set(batchnorm.OTHER_CASES) == every and len(every) == 14
+    assert not set(batchnorm.DEFAULT_CASES) & set(batchnorm.OTHER_CASES)
 
 
 def test_dense_scale_false_poisons_silently(matrix):
@@ -110,8 +110,8 @@ def test_without_batchnorm_dense_survives_and_conv_still_crashes_with_onednn(mat
 
 
 def test_fixed_size_batches_are_healthy_and_only_synchronized_removes_drift(matrix):
-    for model in bncases.MODELS:
-        for bn in bncases.BN_SETTINGS[1:]:
+    for model in batchnorm.MODELS:
+        for bn in batchnorm.BN_SETTINGS[1:]:
             r = matrix.outcome(model, bn, "drop_remainder")
             assert r.outcome == "healthy", r
             assert (r.spread == 0.0) == (bn == "synchronized"), r
@@ -137,15 +137,15 @@ def test_error_summary_finds_the_message_under_graph_execution_error():
 
 def test_run_cases_rejects_bad_cases():
     with pytest.raises(ValueError, match="run_cases: model must be one of 'dense', 'conv', got 'cnn'"):
-        bncases.run_cases([("cnn", "scale=False", "drop_remainder")])
+        batchnorm.run_cases([("cnn", "scale=False", "drop_remainder")])
     with pytest.raises(ValueError, match=r"each case is \(model, bn, batching\)"):
-        bncases.run_cases([("dense", "scale=False")])
+        batchnorm.run_cases([("dense", "scale=False")])
 
 
 def test_start_cases_checks_at_once_and_runs_in_the_background():
     with pytest.raises(ValueError, match="start_cases: bn must be one of"):
-        bncases.start_cases([("dense", "batchnorm", "drop_remainder")])
-    pending = bncases.start_cases([("dense", "no BN", "drop_remainder")], processes=1)
+        batchnorm.start_cases([("dense", "batchnorm", "drop_remainder")])
+    pending = batchnorm.start_cases([("dense", "no BN", "drop_remainder")], processes=1)
     bar = pending.progress_bar()
     assert bar.max == 1
     with pytest.raises(TimeoutError, match="still running"):
@@ -158,13 +158,13 @@ def test_forked_cases_report_what_a_fresh_interpreter_reports(monkeypatch):
     """On Linux each case runs in a child forked from one process that imported TensorFlow once (two at a
     time here); a crash then costs no new import. The outcomes must be those of the plain path (one interpreter, a fresh one
     after each crash), for a silent-NaN case and a crash that poisons its process."""
-    from gputrain_kit import bncases
+    from gputrain_kit import batchnorm
 
     cases = [("dense", "scale=False", "last step empty"), ("conv", "synchronized", "last step empty"),
              ("dense", "synchronized", "last step empty")]
-    forked = bncases.run_cases(cases, processes=2, kernels="onednn")   # two forked children at a time
+    forked = batchnorm.run_cases(cases, processes=2, kernels="onednn")   # two forked children at a time
     monkeypatch.setenv("GPUTRAIN_FORK", "0")
-    plain = bncases.run_cases(cases, processes=1, kernels="onednn")
+    plain = batchnorm.run_cases(cases, processes=1, kernels="onednn")
     for a, b in zip(forked.results, plain.results):
         assert (a.outcome, a.nan_copies, a.nan_rows, a.later_fit[:40]) == (b.outcome, b.nan_copies, b.nan_rows,
                                                                          b.later_fit[:40]), (a, b)
