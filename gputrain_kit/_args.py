@@ -43,9 +43,12 @@ def require_int(func: str, name: str, value: Any, *, minimum: int | None = None,
                 maximum: int | None = None) -> int:
     """Return ``value`` as an int, or raise ArgumentTypeError / ValueError saying what was wrong and what to pass."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, numbers.Real) and float(value).is_integer():
+            example = int(float(value))                # 32.0: the whole number meant
+        else:
+            example = minimum if minimum is not None else 1
         raise ArgumentTypeError(
-            f"{func}: {name} must be a whole number, got {typed(value)}. Pass an int, e.g. {name}={minimum if minimum is not None else 1}."
-        )
+            f"{func}: {name} must be a whole number, got {typed(value)}. Pass an int, e.g. {name}={example}.")
     value = int(value)
     if minimum is not None and value < minimum:
         raise ValueError(f"{func}: {name} must be at least {minimum}, got {value}.")

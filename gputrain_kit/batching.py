@@ -18,7 +18,11 @@ from __future__ import annotations
 
 from ._args import require_bool, require_choice, require_int
 
-__all__ = ["plan_batches", "split_batch", "VIAS"]
+__all__ = ["plan_batches", "split_batch", "VIAS", "ArgumentOrderWarning"]
+
+
+class ArgumentOrderWarning(UserWarning):
+    """A batch plan whose arguments look swapped: a global batch below the replica count or above the data."""
 
 VIAS = ("dataset", "function")
 
@@ -53,6 +57,14 @@ def plan_batches(n_samples: int, global_batch: int, replicas: int,
     replicas = require_int(func, "replicas", replicas, minimum=1)
     drop_remainder = require_bool(func, "drop_remainder", drop_remainder)
     via = require_choice(func, "via", via, VIAS)
+    if global_batch < replicas or global_batch > n_samples:
+        import warnings
+
+        why = (f"global_batch={global_batch} is smaller than replicas={replicas}: some replica gets no data in "
+               "every step" if global_batch < replicas else
+               f"global_batch={global_batch} is larger than n_samples={n_samples}: one step holds all the data")
+        warnings.warn(f"{func}: {why}. The arguments are (n_samples, global_batch, replicas): were two swapped?",
+                      ArgumentOrderWarning, stacklevel=3 if not _caller else 4)
     if via == "function":
         return _plan_per_replica_batches(n_samples, global_batch, replicas, drop_remainder)
     full, rest = divmod(n_samples, global_batch)
@@ -102,8 +114,9 @@ def plan_verdict(plan: list[list[int]]) -> str:
         step, replica = empty[0]
         others = f" (and {len(empty) - 1} more empty slot(s))" if len(empty) > 1 else ""
         return (f"step {step + 1} gives replica {replica} no data{others}: with BatchNormalization that step "
-                "writes NaN into the replica's copy of the moving statistics, or, with TensorFlow's oneDNN CPU "
-                "kernels, crashes fit on conv models; which one depends on the kernels (notebook 05).")
+                "writes NaN into the replica's copy of the moving statistics, and a conv net may crash fit "
+                "(it does with TensorFlow's oneDNN CPU kernels, not with its Eigen kernels or on an H100): "
+                "what happens depends on the kernels and the model (notebook 05).")
     uneven = [i for i, sizes in enumerate(plan) if len(set(sizes)) > 1]
     if uneven and uneven[0] == 0:
         return (f"step 1 splits unevenly {plan[0]}: tf.distribute accepts that, but Keras 3 fit refuses a "

@@ -143,6 +143,15 @@ _ENTRIES = (
         "logical device per GPU.", "notebook 02, section 3"),
         (r"Duplicate GPU detected", r"ncclInvalidUsage", r"NCCL.{0,40}invalid usage")),
     _Entry(Explanation(
+        "non-finite-model",
+        "The kit refused to save a model that holds NaN or inf in some replica's copy of a variable.",
+        "A file saved now would load without complaint and predict NaN. With MirroredStrategy the usual cause "
+        "is an empty replica batch that wrote NaN into BatchNormalization's moving statistics.",
+        "inspect every replica's copies with `kit.replica_report(model, strategy)`, train again with fixed-size "
+        "batches (`drop_remainder=True`), or save anyway for a post-mortem with `allow_nonfinite=True`.",
+        "notebook 05, sections 1 and 5"),
+        (r"save_verified: refusing to save",)),
+    _Entry(Explanation(
         "out-of-memory",
         "A device ran out of memory.",
         "Each replica holds a whole copy of the model, its gradients and optimizer state, plus the "
@@ -169,8 +178,31 @@ def _text(error: BaseException) -> str:
     return "\n".join(parts)
 
 
-def explain(error: BaseException | str) -> Explanation | None:
-    """Plain words for a known TensorFlow/Keras distributed error (an exception or its text); None if unknown."""
+class Unknown(Explanation):
+    """What ``explain`` says of an error it does not know: falsy, and it says where to look instead."""
+
+    def __bool__(self) -> bool:
+        return False
+
+    def _repr_markdown_(self) -> str:
+        return f"*{self.what}* {self.why} {self.fix}"
+
+    def __str__(self) -> str:
+        return textwrap.fill(f"{self.what} {self.why} {self.fix}", width=100, break_long_words=False,
+                             break_on_hyphens=False)
+
+
+def _unknown(text: str) -> Unknown:
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return Unknown("unknown", f"Not one of the distributed errors the kit knows ({first[:160]!r}).",
+                   "Its own message is the place to start: `kit.error_summary(err)` picks the line of a long "
+                   "TensorFlow message that says what went wrong.",
+                   "The errors the kit knows are listed in docs/errors.md and `kit.explainer.KNOWN`.", "")
+
+
+def explain(error: BaseException | str) -> Explanation:
+    """Plain words for a known TensorFlow/Keras distributed error (an exception or its text). An error it does not
+    know gives a falsy ``Unknown`` explanation that says so (``if kit.explain(err):`` tells them apart)."""
     if isinstance(error, BaseException):
         text = _text(error)
     elif isinstance(error, str):
@@ -181,7 +213,7 @@ def explain(error: BaseException | str) -> Explanation | None:
     for entry, patterns in _COMPILED:
         if any(p.search(text) for p in patterns):
             return entry.explanation
-    return None
+    return _unknown(text)
 
 
 class ExplainedError(RuntimeError):
@@ -195,7 +227,7 @@ def explain_errors() -> Iterator[None]:
         yield
     except Exception as err:
         found = explain(err)
-        if found is None:
+        if not found:
             raise
         attached = _attach(err, found, notes=sys.version_info >= (3, 11))
         if attached is err:

@@ -67,7 +67,9 @@ class MemoryMeasurement:
                 + (f", {self.kernels} CPU kernels" if self.kernels else ""))
 
 
-_OPTIMIZER_CLASSES = {"adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop", "sgd": "SGD"}
+#: Every optimizer estimate_memory knows, as the Keras class and arguments the measuring process builds.
+_OPTIMIZER_CLASSES = {"adam": ["Adam", {}], "adamw": ["AdamW", {}], "rmsprop": ["RMSprop", {}],
+                      "sgd-momentum": ["SGD", {"momentum": 0.9}], "sgd": ["SGD", {}]}
 
 
 def _measure_config(func: str, build: Any, *, batch_size: int, optimizer: str, dtype_policy: str, remat: bool,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Sequence
 
-from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short
+from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short, typed
 
 __all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "split_layers", "preset_profile",
            "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "DTYPE_POLICIES", "ZERO_STAGES", "remat_checkpoints",
@@ -81,14 +81,20 @@ class MemoryEstimate:
         return "\n".join(lines)
 
 
-def profile(model: Any) -> list[LayerStat]:
+def profile(model: Any, *, _caller: str = "profile") -> list[LayerStat]:
     """Per-layer parameter counts and output sizes (per sample) of a built Keras model."""
     import math
 
     import keras
 
-    if not isinstance(model, keras.Model) or not model.built:
-        raise ValueError("profile: pass a built Keras model (call it once, or give it an Input).")
+    if not isinstance(model, keras.Model):
+        raise ArgumentTypeError(
+            f"{_caller}: model must be a built Keras model or a profile (a list of LayerStat, e.g. "
+            f"kit.memory.preset_profile('inception_v3')), got {typed(model)}.")
+    if not model.built:
+        raise ValueError(f"{_caller}: the model {model.name!r} is not built yet (it has no Input and was never "
+                         "called), so its layers' output sizes are unknown. Start it with keras.Input(shape) or "
+                         "call it once on a batch.")
     stats = []
     for layer in model.layers:
         if isinstance(layer, keras.layers.InputLayer):
@@ -175,13 +181,43 @@ def _kept_activations(stats: Sequence[LayerStat], remat: bool) -> int:
     return sum(stats[i].activations for i in ends) + max(segments)
 
 
-def estimate_memory(model: Any, *, batch_size: int, optimizer: str = "adam", strategy: str = "single",
+def _optimizer_key(func: str, optimizer: Any, model: Any) -> str:
+    """A key of OPTIMIZER_SLOTS from a name, a Keras optimizer, or (None) the model's compiled optimizer."""
+    if optimizer is None:
+        optimizer = getattr(model, "optimizer", None) or "adam"     # compiled: its optimizer; otherwise Adam
+    if isinstance(optimizer, str):
+        return str(require_choice(func, "optimizer", optimizer, OPTIMIZER_SLOTS))
+    inner = getattr(optimizer, "inner_optimizer", optimizer)         # a LossScaleOptimizer holds the real one
+    name = type(inner).__name__.lower()
+    if name == "sgd":
+        return "sgd-momentum" if float(getattr(inner, "momentum", 0) or 0) > 0 else "sgd"
+    if name in OPTIMIZER_SLOTS:
+        return name
+    raise ValueError(f"{func}: optimizer {type(inner).__name__} is not one the estimate knows; pass one of "
+                     f"{list(OPTIMIZER_SLOTS)} (by name or as a Keras optimizer), the name whose slots per "
+                     "parameter match yours (Adam-like: 2, RMSprop-like: 1).")
+
+
+def _strategy_and_devices(func: str, strategy: Any, devices: Any) -> tuple[str, Any]:
+    """A tf.distribute strategy object means data parallelism over its replicas."""
+    replicas = getattr(strategy, "num_replicas_in_sync", None)
+    if replicas is None or isinstance(strategy, str):
+        return strategy, devices
+    if devices not in (1, replicas):
+        raise ValueError(f"{func}: the strategy has {replicas} replica(s) but devices={short(devices)}; leave "
+                         "devices out when you pass a strategy.")
+    return "data", int(replicas)
+
+
+def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strategy: Any = "single",
                     devices: int = 1, dtype_policy: str = "float32", remat: bool = False,
                     accumulation_steps: int = 1, zero_stage: int = 0, bytes_per_value: int = 4) -> MemoryEstimate:
     """Per-device bytes for parameters, gradients, optimizer slots, gradient accumulators and activations.
 
     ``model``: a built Keras model, or a profile (list of LayerStat, e.g. from ``preset_profile``).
-    ``batch_size`` is the global batch. The levers:
+    ``batch_size`` is the global batch. ``optimizer``: a name of OPTIMIZER_SLOTS or a Keras optimizer; None
+    (default) takes the model's compiled optimizer, or Adam. ``strategy``: ``"single"``, ``"data"``,
+    ``"split"``, or a ``tf.distribute`` strategy object (data parallelism over its replicas). The levers:
 
     - ``dtype_policy``: ``"mixed_float16"`` / ``"mixed_bfloat16"`` keep float32 variables (so
       parameters, gradients and optimizer slots do not shrink; a float16 policy's LossScaleOptimizer
@@ -201,7 +237,8 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: str = "adam", str
     """
     func = "estimate_memory"
     batch_size = require_int(func, "batch_size", batch_size, minimum=1)
-    optimizer = require_choice(func, "optimizer", optimizer, OPTIMIZER_SLOTS)
+    optimizer = _optimizer_key(func, optimizer, model)
+    strategy, devices = _strategy_and_devices(func, strategy, devices)
     strategy = require_choice(func, "strategy", strategy, ("single", "data", "split"))
     devices = require_int(func, "devices", devices, minimum=1)
     dtype_policy = require_choice(func, "dtype_policy", dtype_policy, DTYPE_POLICIES)
@@ -219,7 +256,7 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: str = "adam", str
     if accumulation_steps > batch_size:
         raise ValueError(f"{func}: accumulation_steps={accumulation_steps} is more than the batch "
                          f"({batch_size}): each step needs at least one sample. Use at most {batch_size}.")
-    stats = list(model) if isinstance(model, (list, tuple)) else profile(model)
+    stats = list(model) if isinstance(model, (list, tuple)) else profile(model, _caller=func)
     b, slots = bytes_per_value, OPTIMIZER_SLOTS[optimizer]
     act_bytes = min(b, DTYPE_POLICIES[dtype_policy])
     share = {name: (devices if zero_stage >= stage else 1)

@@ -140,8 +140,8 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
         where = "the global batch" if via == "dataset" else "each replica's batch"
         warnings.warn(plan_verdict(plan) + f" Fix: fixed-size batches (drop_remainder=True on {where}, "
                       "or repeat() with steps_per_epoch, or padding the data to a multiple of the global batch). "
-                      "BatchNormalization(synchronized=True) is no fix for empty steps (with oneDNN CPU kernels it "
-                      "crashes on conv models); use it against drift, with fixed-size batches.",
+                      "BatchNormalization(synchronized=True) is no fix for empty steps (a conv net with it crashed "
+                      "with oneDNN CPU kernels in notebook 05); use it against drift, with fixed-size batches.",
                       EmptyReplicaWarning, stacklevel=2)
     return plan
 

@@ -66,6 +66,9 @@ def _check_args(func: str, model: Any, path: Any) -> None:
 
 def _check_path(func: str, path: Any) -> Path:
     path = Path(os.fspath(path))
+    if path.is_dir():
+        raise ValueError(f"{func}: {short(str(path))} is a folder; pass a file name in it ending with .keras (whole "
+                         f"model) or .weights.h5 (weights), e.g. {short(str(path / 'model.keras'))}.")
     if not path.name.endswith(_SUFFIXES):
         raise ValueError(f"{func}: the file name must end with .weights.h5 (weights) or .keras (whole model), "
                          f"got {short(path.name)}.")

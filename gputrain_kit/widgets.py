@@ -5,6 +5,8 @@ so tests can drive it headless: change ``.value`` of a control, read the output.
 """
 from __future__ import annotations
 
+import warnings
+
 from typing import Any
 
 from ._args import short
@@ -158,9 +160,11 @@ class ScalingExplorer:
 
     def preview(self) -> None:
         """Redraw the per-step split for the current controls (pure Python: instant)."""
-        from .batching import plan_batches
+        from .batching import ArgumentOrderWarning, plan_batches
 
-        plan = plan_batches(self.n_train, self.global_batch(), int(self.replicas.value))
+        with warnings.catch_warnings():   # the table shows an empty replica: no warning text under it
+            warnings.simplefilter("ignore", ArgumentOrderWarning)
+            plan = plan_batches(self.n_train, self.global_batch(), int(self.replicas.value))
         self.split.value = (f"<p>{self.n_train} training samples, global batch {self.global_batch()} over "
                             f"{self.replicas.value} replica(s): {len(plan)} steps per epoch.</p>" + render_plan(plan))
 
@@ -342,11 +346,13 @@ class SplitExplorer:
     def update(self) -> None:
         import html
 
-        from .batching import plan_batches
+        from .batching import ArgumentOrderWarning, plan_batches
 
         try:
-            plan = plan_batches(int(self.n_samples.value), int(self.global_batch.value), int(self.replicas.value),
-                                bool(self.drop.value), via=self.via.value)
+            with warnings.catch_warnings():                              # the table shows what it means
+                warnings.simplefilter("ignore", ArgumentOrderWarning)
+                plan = plan_batches(int(self.n_samples.value), int(self.global_batch.value),
+                                    int(self.replicas.value), bool(self.drop.value), via=self.via.value)
         except ValueError as err:
             self.output.value = f"<p style='color:#b00020'>{html.escape(str(err))}</p>"
             return

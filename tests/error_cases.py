@@ -29,6 +29,9 @@ case("plan_batches", "n_samples", "an array as n_samples", "kit.plan_batches(np.
 case("plan_batches", "global_batch", "global_batch=0", "kit.plan_batches(1000, 0, 4)")
 case("plan_batches", "via", "an unknown input path", "kit.plan_batches(1000, 64, 4, via='graph')")
 case("check_batch_plan", "replicas", "replicas=2.5", "kit.check_batch_plan(1000, 64, 2.5)")
+case("plan_batches", "global_batch", "a float that means a whole number", "kit.plan_batches(134, 32.0, 4)")
+case("plan_batches", "global_batch", "global_batch and n_samples swapped (a warning)", "kit.plan_batches(64, 1030, 4)")
+case("plan_batches", "global_batch", "global_batch and replicas swapped (a warning)", "kit.plan_batches(134, 4, 32)")
 case("estimate_memory", "batch_size", "batch_size=0", "kit.estimate_memory(dense, batch_size=0)")
 case("estimate_memory", "strategy", "an unknown strategy", "kit.estimate_memory(dense, batch_size=8, strategy='model')")
 case("estimate_memory", "zero_stage", "ZeRO without data parallelism", "kit.estimate_memory(dense, batch_size=8, zero_stage=2)")
@@ -64,6 +67,12 @@ case("explain", "error", "a number", "kit.explain(42)")
 case("device_activity", "devices", "one device name instead of a list", "kit.device_activity('/device:CPU:0')")
 case("expect_error", "", "no exception type", "kit.expect_error().__enter__()")
 case("batchnorm.run_cases", "", "an unknown model kind", "kit.batchnorm.run_cases([('mlp', 'scale=True', 'drop_remainder')])")
+case("estimate_memory", "model", "a string instead of a model", "kit.estimate_memory('model', batch_size=8)")
+case("estimate_memory", "", "a model that is not built yet", "kit.estimate_memory(unbuilt, batch_size=8)")
+case("estimate_memory", "optimizer", "an optimizer the estimate does not know",
+     "kit.estimate_memory(dense, batch_size=8, optimizer=keras.optimizers.Lion())")
+case("estimate_memory", "devices", "a strategy and another device count",
+     "kit.estimate_memory(dense, batch_size=8, strategy=strategy, devices=2)")
 # --------------------------------------------------------------------------- models
 case("setup", "devices", "a second setup with another device count", "kit.setup(devices=8)")
 case("replica_report", "model", "a string as the model", "kit.replica_report('model', strategy)")
@@ -74,6 +83,7 @@ case("ReplicaHealth", "tolerance", "a negative tolerance", "kit.ReplicaHealth(to
 case("ReplicaHealth", "strategy", "a string as the strategy", "kit.ReplicaHealth(strategy='mirrored')")
 case("ReplicaHealth", "on_problem", "an unknown on_problem", "kit.ReplicaHealth(on_problem='stop')")
 case("save_verified", "", "the arguments swapped", "kit.save_verified(os.path.join(tmp, 'x.keras'), dense)")
+case("save_verified", "", "a folder instead of a file", "kit.save_verified(dense, tmp)")
 case("save_verified", "", "a .h5 file name", "kit.save_verified(dense, os.path.join(tmp, 'model.h5'))")
 case("save_verified", "allow_nonfinite", "allow_nonfinite as a string",
      "kit.save_verified(dense, os.path.join(tmp, 'x.keras'), allow_nonfinite='no')")
@@ -112,7 +122,7 @@ def run() -> list[dict[str, str]]:
     def job():
         return 1
 
-    scope = dict(kit=kit, np=np, os=os, tmp=tmp, strategy=strategy, mirrored=mirrored, dense=dense,
+    scope = dict(kit=kit, keras=keras, np=np, os=os, tmp=tmp, strategy=strategy, mirrored=mirrored, dense=dense,
                  poisoned=poisoned, unbuilt=unbuilt, narrow=narrow, wide_file=wide_file,
                  corrupt_keras=corrupt_keras, corrupt_h5=corrupt_h5, job=job)
     results = []
@@ -145,9 +155,13 @@ def render(results: list[dict[str, str]]) -> str:
         if r["function"] != current:
             current = r["function"]
             lines += ["", f"## `{current}`", "", "| input | call | error |", "|---|---|---|"]
-        message = r["message"].replace("|", "\\|").replace("\n", " ")
+        if r["type"] == "no error" and r["warnings"]:          # accepted, with a warning
+            kind, text = "warning", r["warnings"][0]
+        else:
+            kind, text = r["type"], r["message"]
+        message = text.replace("|", "\\|").replace("\n", " ")
         code = r["code"].replace("|", "\\|")
-        lines.append(f"| {r['given']} | `{code}` | **{r['type']}**: {message} |")
+        lines.append(f"| {r['given']} | `{code}` | **{kind}**: {message} |")
     from gputrain_kit import explainer
     lines += ["", "## `explain`: TensorFlow's errors in plain words", "",
               "Each is made for real in `tests/test_explain.py`; the GPU-only ones from NCCL's and TensorFlow's "

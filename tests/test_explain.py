@@ -21,8 +21,8 @@ CHILD = """
             errors[name] = None
         except Exception as err:
             found = kit.explain(err)
-            errors[name] = {"type": type(err).__name__, "text": str(err)[:3000], "key": found and found.key,
-                            "explained": found and str(found)}
+            errors[name] = {"type": type(err).__name__, "text": str(err)[:3000], "key": found.key if found else None,
+                            "explained": str(found) if found else None}
 
     # Keras 3 fit: a first step split unevenly over the replicas (62 over 4)
     def uneven():
@@ -130,7 +130,10 @@ def test_explain_reads_the_cause_of_a_wrapper_and_plain_text():
             raise ValueError("training failed") from inner
     except ValueError as outer:
         assert kit.explain(outer).key == "collective-shape-mismatch"
-    assert kit.explain("InvalidArgumentError: something nobody knows") is None
+    unknown = kit.explain("InvalidArgumentError: something nobody knows\n  more detail")
+    assert not unknown and unknown.key == "unknown"          # falsy, and it says so instead of printing None
+    assert "Not one of the distributed errors the kit knows ('InvalidArgumentError: something nobody knows')" \
+        in str(unknown) and "kit.error_summary(err)" in str(unknown)
     with pytest.raises(TypeError, match=r"explain: error must be an exception .* got 42 \(int\)"):
         kit.explain(42)
 
@@ -157,5 +160,25 @@ def test_real_gpu_errors_recorded_on_an_h100(fact, key):
 
 def test_every_known_error_has_a_test():
     tested = set(EXPECTED.values()) | {"nccl-one-gpu", "out-of-memory", "collective-shape-mismatch",
-                                        "empty-replica-conv", "mwms-keras3-fit"}
+                                        "empty-replica-conv", "mwms-keras3-fit",
+                                        "non-finite-model"}       # test_the_kits_own_refusal_to_save_nan_is_explained
     assert set(explainer.KNOWN) == tested
+
+
+def test_the_kits_own_refusal_to_save_nan_is_explained(tmp_path):
+    """save_verified's NonFiniteError names the likely cause and the fix (notebook 05)."""
+    proc = run_python(f"""
+        import json, numpy as np, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        model.layers[0].kernel.assign(np.full((4, 2), np.nan, "float32"))
+        try:
+            kit.save_verified(model, {str(tmp_path / "m.keras")!r})
+        except Exception as err:
+            found = kit.explain(err)
+            print(json.dumps([type(err).__name__, bool(found), found.key, str(found)]))
+    """)
+    name, known, key, text = last_json(proc)
+    assert name == "NonFiniteError" and known and key == "non-finite-model"
+    assert "replica_report" in text and "drop_remainder=True" in text

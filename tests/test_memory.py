@@ -250,3 +250,25 @@ def test_memory_explorer_headless():
     with pytest.raises(ValueError, match="preset"):
         preset_profile("InceptionV3 299x299 (seed 003)")       # no back-compat names in a 0.x kit
     assert "fits" in memory_verdict(estimate_memory(preset_profile("digits"), batch_size=8), 12)
+
+
+def test_estimate_memory_reads_a_strategy_and_a_keras_optimizer():
+    """The course calls strategy objects "strategy" and compiles models with optimizer objects: the estimate
+    accepts both, and takes a compiled model's own optimizer when none is named."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=4)
+        import keras, tensorflow as tf
+        strategy = tf.distribute.MirroredStrategy(kit.device_names(4))
+        model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64), keras.layers.Dense(8)])
+        peak = lambda **kw: kit.estimate_memory(model, batch_size=64, **kw).peak
+        out = {"strategy": peak(strategy=strategy) == peak(strategy="data", devices=4),
+               "adam": peak(optimizer=keras.optimizers.Adam()) == peak(optimizer="adam"),
+               "momentum": peak(optimizer=keras.optimizers.SGD(momentum=0.9)) == peak(optimizer="sgd-momentum"),
+               "sgd": peak(optimizer=keras.optimizers.SGD()) == peak(optimizer="sgd"),
+               "uncompiled": peak() == peak(optimizer="adam")}
+        model.compile(keras.optimizers.RMSprop(), "mse")
+        out["compiled"] = peak() == peak(optimizer="rmsprop") != peak(optimizer="adam")
+        print(json.dumps(out))
+    """)
+    assert last_json(proc) == {k: True for k in ("strategy", "adam", "momentum", "sgd", "uncompiled", "compiled")}

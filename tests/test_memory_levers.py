@@ -340,3 +340,13 @@ def test_memory_explorer_levers_headless():
     e.accumulation.value = 16
     e.batch.value = 8
     assert "more than the batch" in e.summary.value and e.estimate is None
+
+
+def test_measure_memory_takes_every_optimizer_the_estimate_knows():
+    """'sgd-momentum' (one slot per parameter) is measured as SGD(momentum=0.9), as estimate_memory counts it."""
+    r = measure_levers(small_conv, {"sgd": {"optimizer": "sgd"}, "momentum": {"optimizer": "sgd-momentum"},
+                                    "adam": {}}, batch_size=32)
+    params = (3 * 3 * 3 * 32 + 32 + 14 * 14 * 32 * 64 + 64 + 64 * 4 + 4) * 4
+    sgd, momentum, adam = (r[k].state_bytes for k in ("sgd", "momentum", "adam"))
+    assert sgd < momentum < adam
+    assert 0.8 * params <= momentum - sgd <= 1.5 * params, (r, params)      # one slot per parameter (Adam: two)

@@ -133,7 +133,7 @@ def error_text(err):
 def explained(text):
     import gputrain_kit as kit
     e = kit.explain(text)
-    return None if e is None else {"key": e.key, "text": str(e)}
+    return {"key": e.key, "text": str(e)} if e else None
 """
 
 DETERMINISM = """

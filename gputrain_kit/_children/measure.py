@@ -37,7 +37,8 @@ def run(config: dict[str, Any], build_source: str, build_name: str) -> dict[str,
     if config["remat"]:
         model = rematerialize(model)
     k = config["accumulation_steps"]
-    optimizer = getattr(keras.optimizers, config["optimizer"])(**({"gradient_accumulation_steps": k} if k > 1 else {}))
+    name, options = config["optimizer"]
+    optimizer = getattr(keras.optimizers, name)(**options, **({"gradient_accumulation_steps": k} if k > 1 else {}))
     if config["dtype_policy"] == "mixed_float16":
         optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     model.compile(optimizer=optimizer, loss="mse")
