@@ -76,9 +76,9 @@ def _measure_config(func: str, build: Any, *, batch_size: int, optimizer: str, d
                     accumulation_steps: int, steps: int) -> tuple[str, dict, dict]:
     """build's source, the child's config and the config shown to the user, every argument checked
     first (errors name ``func``)."""
-    from .processes import function_source
+    from .processes import function_with_helpers
 
-    source = function_source(
+    source = function_with_helpers(
         func, build, what="build must be a function defined with `def` that returns an uncompiled Keras model",
         closure_fix="It runs in a fresh process that receives its source only: define it at the top level of "
                     "a cell or a script.")

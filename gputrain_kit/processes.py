@@ -73,6 +73,60 @@ def function_source(func: str, target: Any, *, what: str, closure_fix: str) -> s
                          "or a .py file.") from err
 
 
+_GIVEN = {"keras", "tf", "np"}          # what a shipped function finds in its new process without asking
+
+
+def _globals_used(code: Any) -> set[str]:
+    """Global names a function's code reads (LOAD_GLOBAL), nested functions and comprehensions included."""
+    import dis
+
+    names = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _globals_used(const)
+    return names
+
+
+def function_with_helpers(func: str, target: Any, *, what: str, closure_fix: str) -> str:
+    """``function_source`` plus what the function needs from its module, for a process that receives source
+    only: the modules it uses (as imports), the functions and classes of its own module it calls (their source,
+    and theirs in turn) and plain constants (as literals). Anything else is refused here, naming it, before a
+    process starts, instead of failing there with a NameError."""
+    import types
+
+    source = function_source(func, target, what=what, closure_fix=closure_fix)
+    prelude: list[str] = []
+    shipped: set[str] = {target.__name__}
+
+    def ship(fn: Any) -> None:
+        for name in sorted(_globals_used(fn.__code__)):
+            if name in shipped or name in _GIVEN or name not in fn.__globals__:
+                continue                      # shipped already, given to it there, or a builtin
+            value = fn.__globals__[name]
+            shipped.add(name)
+            if isinstance(value, types.ModuleType):
+                prelude.append(f"import {value.__name__} as {name}")
+            elif inspect.isfunction(value) or inspect.isclass(value):
+                try:
+                    helper = textwrap.dedent(inspect.getsource(value))
+                except (OSError, TypeError):
+                    raise ValueError(f"{func}: {target.__name__}() uses {name}, whose source cannot be read; define "
+                                     f"it in a notebook cell or a .py file, or inside {target.__name__}().") from None
+                if inspect.isfunction(value):
+                    ship(value)
+                prelude.append(helper)
+            elif value is None or isinstance(value, (bool, int, float, str, bytes)) or (
+                    isinstance(value, (tuple, list, dict)) and repr(value) == repr(eval(repr(value), {}))):
+                prelude.append(f"{name} = {value!r}")
+            else:
+                raise ValueError(f"{func}: {target.__name__}() uses {name} ({type(value).__name__}) from its "
+                                 f"module, which a new process cannot receive; create it inside "
+                                 f"{target.__name__}(). {closure_fix}")
+
+    ship(target)
+    return "\n".join(prelude + [source])
+
+
 def run_child(code: str, *, env: Mapping[str, str | None] | None = None, timeout: float = 120) -> ChildResult:
     """Run ``code`` in a new interpreter of this environment and return what it reported.
 

@@ -350,3 +350,62 @@ def test_measure_memory_takes_every_optimizer_the_estimate_knows():
     sgd, momentum, adam = (r[k].state_bytes for k in ("sgd", "momentum", "adam"))
     assert sgd < momentum < adam
     assert 0.8 * params <= momentum - sgd <= 1.5 * params, (r, params)      # one slot per parameter (Adam: two)
+
+
+HELPERS = '''
+import keras as K
+import numpy
+WIDTH = 64
+def block(width):
+    return [K.layers.Dense(width, activation="relu"), K.layers.Dense(width)]
+def build():
+    return keras.Sequential([keras.Input((32,)), *block(WIDTH), keras.layers.Dense(4)])
+ARRAY = numpy.zeros(3)
+def uses_an_array():
+    return keras.Sequential([keras.Input((int(ARRAY.shape[0]),)), keras.layers.Dense(4)])
+def text_model():
+    return keras.Sequential([keras.Input((20,), dtype="int32"), keras.layers.Embedding(1000, 64),
+                             keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(4)])
+'''
+
+
+def test_a_build_that_calls_its_modules_helpers_is_measured_and_what_cannot_travel_is_refused_first(
+        tmp_path, monkeypatch):
+    """The measuring process receives source only: a build's module-level helpers, module aliases and constants
+    go with it; a value that cannot (an array) is named at the call, before any process starts."""
+    import importlib
+    import time
+
+    (tmp_path / "user_builds.py").write_text(HELPERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    builds = importlib.import_module("user_builds")
+    m = measure_memory(builds.build, batch_size=64, optimizer="sgd")
+    params = (32 * 64 + 64 + 64 * 64 + 64 + 64 * 4 + 4) * 4
+    assert params <= m.state_bytes <= params + 64 * 1024
+    begun = time.perf_counter()
+    with pytest.raises(ValueError, match=r"uses_an_array\(\) uses ARRAY \(ndarray\) from its module"):
+        measure_memory(builds.uses_an_array, batch_size=8)
+    assert time.perf_counter() - begun < 1.0
+    text = measure_memory(builds.text_model, batch_size=64)
+    text_params = (1000 * 64 + 64 * 4 + 4) * 4
+    # parameters and Adam's two slots, and the embedding's dense gradient (about one more copy) between steps
+    assert 3 * text_params <= text.state_bytes <= 4.5 * text_params
+
+
+def test_the_measured_batch_of_a_text_model_is_token_ids():
+    from conftest import last_json, run_python
+
+    proc = run_python("""
+        import json, keras
+        from gputrain_kit._children.measure import sample_batch
+        model = keras.Sequential([keras.Input((20,), dtype="int32"), keras.layers.Embedding(300, 8),
+                                  keras.layers.Dense(4)])
+        x, y = sample_batch(model, 512)
+        dense = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2)])
+        xd, _ = sample_batch(dense, 512)
+        print(json.dumps([str(x.dtype), int(x.numpy().min()), int(x.numpy().max()), list(y.shape),
+                          str(xd.dtype), float(xd.numpy().std())]))
+    """)
+    dtype, low, high, out_shape, dense_dtype, spread = last_json(proc)
+    assert dtype == "<dtype: 'int32'>" and 0 <= low and 250 < high < 300     # ids across the vocabulary
+    assert out_shape == [512, 20, 4] and dense_dtype == "<dtype: 'float32'>" and 0.8 < spread < 1.2

@@ -18,6 +18,22 @@ def prepare() -> None:
     import gputrain_kit  # noqa: F401
 
 
+def sample_batch(model: Any, n: int) -> tuple[Any, Any]:
+    """``n`` seeded samples for ``model``'s input and zeros for its output. Integer inputs (token ids for an
+    Embedding) get ids below the smallest vocabulary, not random floats."""
+    import keras
+    import tensorflow as tf
+
+    shape = (n, *tuple(model.inputs[0].shape[1:]))
+    if "int" in str(model.inputs[0].dtype):
+        vocabulary = min((layer.input_dim for layer in model._flatten_layers()
+                          if isinstance(layer, keras.layers.Embedding)), default=2)
+        x = tf.random.stateless_uniform(shape, seed=(1, 2), maxval=vocabulary, dtype=tf.int32)
+    else:
+        x = tf.random.stateless_normal(shape, seed=(1, 2))
+    return x, tf.zeros((n, *tuple(model.outputs[0].shape[1:])))
+
+
 def run(config: dict[str, Any], build_source: str, build_name: str) -> dict[str, Any]:
     """The model state held between steps and the peak during a step, in bytes, on the one device's allocator."""
     import keras
@@ -45,8 +61,7 @@ def run(config: dict[str, Any], build_source: str, build_name: str) -> dict[str,
     device = kit.device_names(1)[0].replace("/device:", "")
 
     def batch_of(n: int) -> tuple[Any, Any]:
-        return (tf.random.stateless_normal((n, *tuple(model.inputs[0].shape[1:])), seed=(1, 2)),
-                tf.zeros((n, *tuple(model.outputs[0].shape[1:]))))
+        return sample_batch(model, n)
 
     def held_between_steps(x: Any, y: Any, steps: int) -> tuple[list[int], int]:
         # The most the allocator holds between two training steps, the batch itself taken off.
