@@ -272,3 +272,25 @@ def test_estimate_memory_reads_a_strategy_and_a_keras_optimizer():
         print(json.dumps(out))
     """)
     assert last_json(proc) == {k: True for k in ("strategy", "adam", "momentum", "sgd", "uncompiled", "compiled")}
+
+
+def test_an_estimate_of_a_recurrent_model_says_what_it_leaves_out():
+    """An LSTM keeps its gates for every time step: the estimate counts outputs only, and says so; the allocator
+    holds more than the estimate for one training step."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras, tensorflow as tf
+        from gputrain_kit.measure import measure_training_step
+        model = keras.Sequential([keras.Input((50, 16)), keras.layers.LSTM(128), keras.layers.Dense(4)])
+        dense = keras.Sequential([keras.Input((16,)), keras.layers.Dense(4)])
+        model.compile("adam", "mse")
+        e = kit.estimate_memory(model, batch_size=256)
+        m = measure_training_step(model, tf.ones((256, 50, 16)), tf.ones((256, 4)))
+        print(json.dumps([e.assumptions[-1], kit.estimate_memory(dense, batch_size=8).assumptions[-1],
+                          m["total"] / e.peak]))
+    """)
+    note, other, ratio = last_json(proc)
+    assert note.startswith("recurrent layers (lstm") and "not counted" in note
+    assert "recurrent" not in other
+    assert ratio > 1.2, ratio
