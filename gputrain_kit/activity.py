@@ -161,6 +161,35 @@ class DeviceActivity:
         spans = [(s, e) for (_, s, e, _), fn in zip(self.intervals, self.functions) if fn == main]
         return (min(s for s, _ in spans), max(e for _, e in spans))
 
+    def steady_window(self) -> tuple[float, float, bool]:
+        """The steps as they run once started, so that they fill a plot instead of its last tenth: ``main_window()``
+        from the end of its longest pause when that pause is over 40% of it (the first call's wait for tracing,
+        the input pipeline's warm-up, the optimizer's first build), then from the end of the first step's
+        one-off ops (each over a tenth of the window and 20 times the median op: kernels run for the first time,
+        first allocations). The third value says whether anything was left out."""
+        lo, hi = self.main_window()
+        if not self.functions or len(self.functions) != len(self.intervals) or hi <= lo:
+            return lo, hi, False
+        time_in: dict[str, float] = {}
+        for (_, s, e, _), fn in zip(self.intervals, self.functions):
+            time_in[fn] = time_in.get(fn, 0.0) + e - s
+        main = max(time_in, key=lambda fn: time_in[fn])
+        spans = merge((s, e) for (_, s, e, _), fn in zip(self.intervals, self.functions) if fn == main)
+        start = lo
+        gaps = [(spans[i + 1][0] - spans[i][1], i) for i in range(len(spans) - 1)]
+        if gaps:
+            gap, i = max(gaps)
+            if gap > 0.4 * (hi - lo):
+                start = spans[i + 1][0]
+        ops = sorted(e - s for (_, s, e, _), fn in zip(self.intervals, self.functions) if fn == main and s >= start)
+        if ops:
+            median = ops[len(ops) // 2]
+            one_off = [e for (_, s, e, _), fn in zip(self.intervals, self.functions)
+                       if fn == main and s >= start and e - s > max(20 * median, 0.1 * (hi - start))]
+            if one_off and hi - max(one_off) > 0.3 * (hi - start):
+                start = max(one_off)
+        return start, hi, start > lo
+
     def idle_fraction(self, devices: Sequence[str] | None = None) -> float:
         """Share of the devices' time, from the first op to the last, in which they computed nothing:
         what the GPipe bubble formula predicts for a layer split."""

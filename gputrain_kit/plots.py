@@ -145,7 +145,8 @@ def replica_heatmap(report: Any):
 def activity_figure(activity: Any, title: str | None = None, ax: Any = None, whole: bool = False):
     """One row per device (device 0 on top), each op a bar coloured by what it does, idle time left
     blank; the input pipeline (tf.data threads, on the host) as a last row when it did any work.
-    Shows the steps (the span of the function that computed most) unless ``whole`` is true."""
+    Shows the steps as they run once started (``DeviceActivity.steady_window``: the set-up and first step before
+    the function's longest pause left out, and the axis label says so) unless ``whole`` is true."""
     import matplotlib.pyplot as plt
 
     labels, bars = activity.bars()
@@ -155,7 +156,7 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
     else:
         fig = ax.figure
     colours = dict(zip(KINDS, ("C0", "C1", "C3", "C2", "C7")))
-    lo, hi = activity.window() if whole else activity.main_window()
+    lo, hi, cut = (*activity.window(), False) if whole else activity.steady_window()
     if not activity.intervals and activity.input_intervals:
         lo = min(s for s, _, _ in activity.input_intervals)
         hi = max(e for _, e, _ in activity.input_intervals)
@@ -172,14 +173,16 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
     ax.set_xlim(0, pad * 1e3)
     kind_text = ("simulated devices: logical CPUs sharing the same cores, so this shows placement and order, "
                  "not GPU speed" if activity.simulated else "GPUs")
-    ax.set_xlabel("milliseconds" + ("" if whole else " (the training steps)"))
+    ax.set_xlabel("milliseconds" + ("" if whole else " (the training steps" + (
+        "; the set-up and first step before them left out)" if cut else ")")))
     ax.set_title(title or "which device computed what", fontsize=10, loc="left", pad=16)
     ax.text(0.0, 1.02, kind_text, transform=ax.transAxes, ha="left", va="bottom", fontsize=7, color="0.35")
     from matplotlib.patches import Patch
 
-    used = [k for k in KINDS if any(kind == k for _, kind in bars)]
-    ax.legend([Patch(color=colours[k]) for k in used], used, loc="upper left", bbox_to_anchor=(1.01, 1),
-              fontsize=8, frameon=False)
+    used = [k for k in KINDS if any(kind == k for _, kind in bars)]     # in the order a step runs them
+    names = {"gradient reduction": "gradient reduction (▼)", "input pipeline": "input: tf.data on the host"}
+    ax.legend([Patch(color=colours[k]) for k in used], [names.get(k, k) for k in used], loc="upper left",
+              bbox_to_anchor=(1.01, 1), fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     plt.close(fig)

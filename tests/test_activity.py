@@ -319,3 +319,25 @@ def test_kernels_on_logical_gpus_go_to_the_device_their_op_ran_on():
     from gputrain_kit.activity import _gpu_intervals                   # whole GPUs: the plane is the device
     assert [op for _, _, _, op, _ in _gpu_intervals(space, ["/device:GPU:0"], 0)] == ops
     assert _gpu_intervals(space, ["/device:GPU:1"], 0) == []
+
+
+def _synthetic(spans, function="train"):
+    from gputrain_kit.activity import DeviceActivity
+
+    return DeviceActivity(devices=("/device:CPU:0",), intervals=[("/device:CPU:0", s, e, "dense/MatMul:MatMul")
+                                                                 for s, e in spans],
+                          functions=[function] * len(spans), _done=True)
+
+
+def test_steady_window_leaves_out_the_set_up_and_the_first_steps_one_off_ops():
+    """Timelines plot the steps as they run once started (issue 30: the first call's tracing and first-run
+    kernels filled 90% of the axis). Synthetic traces: 8 steps of 10 ops, each op 0.1 ms."""
+    steps = [(1.0 + k * 0.002 + i * 0.0002, 1.0 + k * 0.002 + i * 0.0002 + 0.0001) for k in range(8) for i in range(10)]
+    assert _synthetic(steps).steady_window() == (steps[0][0], steps[-1][1], False)    # nothing to leave out
+    paused = [(0.0, 0.0001)] + steps                        # one op, then a second's pause before the steps
+    assert _synthetic(paused).steady_window() == (steps[0][0], steps[-1][1], True)
+    first_run = [(0.99, 1.0)] + steps                        # a 10 ms first-run op just before the steps
+    lo, hi, cut = _synthetic(first_run).steady_window()
+    assert cut and lo == 1.0 and hi == steps[-1][1]
+    mostly_one_op = [(0.9, 1.0), (1.0, 1.0001)]              # no steps after it to show: keep the whole window
+    assert _synthetic(mostly_one_op).steady_window() == (0.9, 1.0001, False)
