@@ -174,20 +174,24 @@ class DeviceActivity:
         for (_, s, e, _), fn in zip(self.intervals, self.functions):
             time_in[fn] = time_in.get(fn, 0.0) + e - s
         main = max(time_in, key=lambda fn: time_in[fn])
-        spans = merge((s, e) for (_, s, e, _), fn in zip(self.intervals, self.functions) if fn == main)
+        main_ops = [(s, e) for (_, s, e, _), fn in zip(self.intervals, self.functions) if fn == main]
         start = lo
-        gaps = [(spans[i + 1][0] - spans[i][1], i) for i in range(len(spans) - 1)]
-        if gaps:
-            gap, i = max(gaps)
-            if gap > 0.4 * (hi - lo):
-                start = spans[i + 1][0]
-        ops = sorted(e - s for (_, s, e, _), fn in zip(self.intervals, self.functions) if fn == main and s >= start)
-        if ops:
-            median = ops[len(ops) // 2]
-            one_off = [e for (_, s, e, _), fn in zip(self.intervals, self.functions)
-                       if fn == main and s >= start and e - s > max(20 * median, 0.1 * (hi - start))]
-            if one_off and hi - max(one_off) > 0.3 * (hi - start):
-                start = max(one_off)
+        for _ in range(4):                 # a pause, a one-off op, a pause again: until nothing changes
+            before = start
+            spans = merge((max(s, start), e) for s, e in main_ops if e > start)
+            gaps = [(spans[i + 1][0] - spans[i][1], i) for i in range(len(spans) - 1)]
+            if gaps:
+                gap, i = max(gaps)
+                if gap > 0.4 * (hi - start):
+                    start = spans[i + 1][0]
+            ops = sorted(e - s for s, e in main_ops if s >= start)
+            if ops:
+                median = ops[len(ops) // 2]
+                one_off = [e for s, e in main_ops if s >= start and e - s > max(20 * median, 0.1 * (hi - start))]
+                if one_off and hi - max(one_off) > 0.3 * (hi - start):
+                    start = max(one_off)
+            if start == before:
+                break
         return start, hi, start > lo
 
     def idle_fraction(self, devices: Sequence[str] | None = None) -> float:

@@ -174,7 +174,7 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
     kind_text = ("simulated devices: logical CPUs sharing the same cores, so this shows placement and order, "
                  "not GPU speed" if activity.simulated else "GPUs")
     ax.set_xlabel("milliseconds" + ("" if whole else " (the training steps" + (
-        "; the set-up and first step before them left out)" if cut else ")")))
+        "; what ran before them, set-up and first-run ops, left out)" if cut else ")")))
     ax.set_title(title or "which device computed what", fontsize=10, loc="left", pad=16)
     ax.text(0.0, 1.02, kind_text, transform=ax.transAxes, ha="left", va="bottom", fontsize=7, color="0.35")
     from matplotlib.patches import Patch
