@@ -169,3 +169,54 @@ def test_estimate_against_the_allocator_bands_hold_under_both_kernel_families(fa
     assert 1.2 < r["adam"] < 2.0 and 1.2 < r["adam_wide"] < 2.0, r      # 1 to 3 weight-sized temporaries
     assert r["relu"] < 0.8 and r["relu_sgd"] < 0.8, r
     assert r["relu_wide"] < 0.9, r        # fewer, wider pairs: 0.68-0.79 measured, still too high
+
+
+@pytest.mark.parametrize("family", ["onednn", "eigen"])
+def test_micro_batches_shrink_the_bubble_as_gpipes_formula_says(family):
+    """Notebook 03 section 6: the idle share falls with every doubling of the micro-batches and stays within 0.1
+    of (S-1)/(M+S-1), the median of three recordings; here also with stages of another width and depth."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=2)
+        import keras, tensorflow as tf
+        d1, d2 = kit.device_names(2)
+        out = {}
+        for width, depth in ((512, 4), (768, 3)):
+            with tf.device(d1):
+                s1 = keras.Sequential([keras.Input((width,))] + [keras.layers.Dense(width, activation="relu")
+                                                                 for _ in range(depth)])
+            with tf.device(d2):
+                s2 = keras.Sequential([keras.Input((width,))] + [keras.layers.Dense(width, activation="relu")
+                                                                 for _ in range(depth)])
+            batch = tf.ones((1024, width))
+            def pipelined(m):
+                @tf.function
+                def step(x):
+                    outs, l1, l2 = [], [], []
+                    for chunk in tf.split(x, m):
+                        with tf.device(d1), tf.control_dependencies(l1):
+                            h = s1(chunk)
+                        with tf.device(d2), tf.control_dependencies(l2):
+                            o = s2(h)
+                        l1, l2 = [h], [o]
+                        outs.append(o)
+                    return tf.concat(outs, axis=0)
+                return step
+            shares = []
+            for m in (1, 2, 4, 8):
+                step = pipelined(m)
+                step(batch)
+                runs = []
+                for _ in range(3):
+                    with kit.device_activity([d1, d2]) as a:
+                        step(batch).numpy()
+                    runs.append(a.idle_fraction())
+                shares.append(sorted(runs)[1])
+            out[f"{width}x{depth}"] = shares
+        print(json.dumps(out))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
+    from gputrain_kit.pipeline import bubble_fraction
+
+    for name, shares in last_json(proc).items():
+        assert all(later < earlier for earlier, later in zip(shares, shares[1:])), (name, shares)
+        assert all(abs(s - bubble_fraction(2, m)) <= 0.1 for s, m in zip(shares, (1, 2, 4, 8))), (name, shares)
