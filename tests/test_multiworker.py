@@ -662,3 +662,55 @@ def test_listening_sockets_reads_a_socket_of_this_process():
         port = server.getsockname()[1]
         assert ("127.0.0.1", port) in support.listening_sockets()
     assert ("127.0.0.1", port) not in support.listening_sockets()
+
+
+def digits_losses(n=1797, global_batch=64, steps=30, single=False):
+    """Notebook 07's loop: the digits MLP, SGD, per-worker shards of the first ``n`` examples; ``single``: one
+    process (MirroredStrategy, one replica) instead of MultiWorkerMirroredStrategy."""
+    import keras
+    import tensorflow as tf
+    from sklearn.datasets import load_digits
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"]) if single else tf.distribute.MultiWorkerMirroredStrategy()
+    x, y = load_digits(return_X_y=True)
+    x, y = (x[:n] / 16).astype("float32"), y[:n]
+
+    def dataset_fn(ctx):
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        return ds.repeat().batch(ctx.get_per_replica_batch_size(global_batch))
+
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(10)])
+        optimizer = keras.optimizers.SGD(0.1)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    batches = iter(strategy.distribute_datasets_from_function(dataset_fn))
+
+    @tf.function
+    def train_step(batch):
+        def replica_step(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=global_batch)
+            optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+            return loss
+        return strategy.reduce("SUM", strategy.run(replica_step, args=batch), axis=None)
+
+    return [float(train_step(next(batches))) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("n, global_batch, wrap", [(1797, 64, 28), (1001, 32, 31)])
+def test_two_workers_compute_what_one_process_does_until_their_shards_wrap(n, global_batch, wrap):
+    """Notebook 07 section 1: the two workers' batches of a step hold the very examples of one process's batch,
+    so the losses agree to float rounding, until the step where the shards wrap around differently."""
+    import inspect
+
+    steps = wrap + 2
+    two = mw.launch_local_workers(digits_losses, 2, log=None, timeout=120,
+                                  kwargs={"n": n, "global_batch": global_batch, "steps": steps}).results[0]
+    proc = run_python(inspect.getsource(digits_losses) + f"""
+import json
+print(json.dumps(digits_losses({n}, {global_batch}, {steps}, single=True)))
+""")
+    one = last_json(proc)
+    differs = [abs(a - b) > 1e-5 for a, b in zip(one, two)]
+    assert differs.index(True) == wrap, (one, two)
