@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import socket
 import tempfile
 from dataclasses import dataclass
@@ -12,7 +13,8 @@ from typing import Sequence
 
 from ._args import require_int, short
 
-__all__ = ["free_ports", "running", "tf_config", "WorkerTask", "worker_task", "chief_or_scratch_dir"]
+__all__ = ["free_ports", "running", "tf_config", "WorkerTask", "worker_task", "chief_or_scratch_dir",
+           "listening_sockets"]
 
 _HOST = "127.0.0.1"
 _ANY = ""          # TensorFlow's gRPC server listens on every interface (0.0.0.0:port)
@@ -121,3 +123,28 @@ def chief_or_scratch_dir(path: str | os.PathLike) -> str:
     if task.is_chief:
         return os.fspath(path)
     return tempfile.mkdtemp(prefix=f"gputrain-worker{task.index}-")
+
+
+def listening_sockets() -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket listening in this process's network namespace, from
+    /proc/net/tcp and /proc/net/tcp6 (read, never by connecting)."""
+    import ipaddress
+
+    found = []
+    for name, width in (("tcp", 4), ("tcp6", 16)):
+        try:
+            with open(f"/proc/net/{name}") as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 4 or fields[3] != "0A":   # 0A: LISTEN
+                continue
+            address, port = fields[1].split(":")
+            raw = bytes.fromhex(address)
+            # /proc writes each 32-bit word in host (little-endian) order
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)) if sys.byteorder == "little" else raw
+            ip = ipaddress.ip_address(raw[:width])
+            found.append((str(ip), int(port, 16)))
+    return found

@@ -1,7 +1,6 @@
 """Helpers only the tests use (they measure or inspect what the kit and the notebooks claim)."""
 from __future__ import annotations
 
-import sys
 import time
 from typing import Any, Callable, Sequence
 
@@ -18,31 +17,6 @@ def slow_python_pipeline(x: Any, y: Any, batch_size: int = 64):
         return image, label
 
     return tf.data.Dataset.from_tensor_slices((x, y)).map(preprocess).batch(batch_size)
-
-
-def listening_sockets() -> list[tuple[str, int]]:
-    """(address, port) of every TCP socket listening in this process's network namespace, from
-    /proc/net/tcp and /proc/net/tcp6 (read, never by connecting)."""
-    import ipaddress
-
-    found = []
-    for name, width in (("tcp", 4), ("tcp6", 16)):
-        try:
-            with open(f"/proc/net/{name}") as f:
-                lines = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) < 4 or fields[3] != "0A":   # 0A: LISTEN
-                continue
-            address, port = fields[1].split(":")
-            raw = bytes.fromhex(address)
-            # /proc writes each 32-bit word in host (little-endian) order
-            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4)) if sys.byteorder == "little" else raw
-            ip = ipaddress.ip_address(raw[:width])
-            found.append((str(ip), int(port, 16)))
-    return found
 
 
 def time_stages(stages: Sequence[Callable[[Any], Any]], devices: Sequence[str], x: Any,

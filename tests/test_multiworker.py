@@ -603,12 +603,11 @@ def serves_briefly():
 
 def _listening_during(private_network):
     """Run two workers; while they serve, read the host's listening sockets (never by connecting)."""
-    import support
     seen: list[tuple[str, int]] = []
 
     def on_line(index, line):
         if line == "listening":
-            seen.extend(support.listening_sockets())
+            seen.extend(kit.cluster.listening_sockets())
 
     run = mw.launch_local_workers(serves_briefly, 2, log=on_line, timeout=90, private_network=private_network)
     assert run.results == [2, 2]
@@ -655,13 +654,12 @@ def test_private_network_argument_is_checked():
 
 
 def test_listening_sockets_reads_a_socket_of_this_process():
-    import support
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
-        assert ("127.0.0.1", port) in support.listening_sockets()
-    assert ("127.0.0.1", port) not in support.listening_sockets()
+        assert ("127.0.0.1", port) in kit.cluster.listening_sockets()
+    assert ("127.0.0.1", port) not in kit.cluster.listening_sockets()
 
 
 def digits_losses(n=1797, global_batch=64, steps=30, single=False):
@@ -714,3 +712,30 @@ print(json.dumps(digits_losses({n}, {global_batch}, {steps}, single=True)))
     one = last_json(proc)
     differs = [abs(a - b) > 1e-5 for a, b in zip(one, two)]
     assert differs.index(True) == wrap, (one, two)
+
+
+def where_it_listens():
+    import json
+    import os
+
+    import tensorflow as tf
+
+    from gputrain_kit.cluster import listening_sockets, worker_task
+
+    tf.distribute.MultiWorkerMirroredStrategy()
+    mine = json.loads(os.environ["TF_CONFIG"])["cluster"]["worker"][worker_task().index]
+    port = int(mine.rsplit(":", 1)[1])
+    return mine, sorted({address for address, p in listening_sockets() if p == port})
+
+
+@pytest.mark.parametrize("private_network", [None, False])
+def test_a_workers_server_listens_on_every_address_whatever_tf_config_names(private_network):
+    """Notebook 07 section 5: TF_CONFIG names 127.0.0.1, the gRPC server binds the any address (:: or 0.0.0.0)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", mw.ExposedWorkersWarning)
+        run = mw.launch_local_workers(where_it_listens, 2, log=None, timeout=120, private_network=private_network)
+    for named, addresses in run.results:
+        assert named.startswith("127.0.0.1:")
+        assert addresses and set(addresses) <= {"::", "0.0.0.0"}, addresses

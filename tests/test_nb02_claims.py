@@ -328,3 +328,15 @@ def test_scaling_figure_is_readable():
     legend = acc.get_legend()
     box, axes_box = legend.get_window_extent(), acc.get_window_extent()
     assert box.x0 >= axes_box.x1                          # legend right of the data, not over it
+
+
+def test_keras_and_tf_keras_have_no_multi_gpu_model():
+    """Notebook 02 section 1: the installed Keras (and tf.keras, which is Keras 3 here) has no multi_gpu_model."""
+    import keras
+
+    proc = run_python("""
+        import json, tensorflow as tf, keras
+        print(json.dumps([hasattr(keras.utils, "multi_gpu_model"), hasattr(tf.keras.utils, "multi_gpu_model")]))
+    """)
+    assert last_json(proc) == [False, False]
+    assert not hasattr(keras.utils, "multi_gpu_model")

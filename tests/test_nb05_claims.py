@@ -151,3 +151,31 @@ def test_split_explorer_labels_in_full():
     e = SplitExplorer()
     for control in (e.via, e.n_samples, e.global_batch, e.replicas):
         assert control.style.description_width == "initial"
+
+
+@pytest.mark.parametrize("family", ["onednn", "eigen"])
+def test_tf_keras_keeps_every_replicas_statistics_finite_through_the_empty_step(family):
+    """Notebook 05 section 4: tf-keras (TF_USE_LEGACY_KERAS=1) skips the moving-average update of a replica with
+    no samples; run on the trap (1030 samples, global batch 64, 4 replicas: the last step [2, 2, 2, 0])."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=4)
+        import numpy as np, tensorflow as tf
+        tfk = tf.keras
+        rng = np.random.default_rng(0)
+        y = rng.integers(0, 4, 1030); x = (rng.normal(size=(1030, 16)) + y[:, None]).astype("float32")
+        strategy = tf.distribute.MirroredStrategy(kit.device_names(4))
+        tfk.utils.set_random_seed(0)
+        with strategy.scope():
+            m = tfk.Sequential([tfk.Input((16,)), tfk.layers.Dense(32), tfk.layers.BatchNormalization(scale=False,
+                                name="bn"), tfk.layers.ReLU(), tfk.layers.Dense(4)])
+            m.compile("adam", tfk.losses.SparseCategoricalCrossentropy(from_logits=True))
+        m.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(64), epochs=2, verbose=0)
+        bn = m.get_layer("bn")
+        copies = [np.asarray(v) for var in (bn.moving_mean, bn.moving_variance)
+                  for v in strategy.experimental_local_results(var)]
+        print(json.dumps([tfk.layers.Dense.__module__.split(".")[0], len(copies),
+                          all(np.isfinite(c).all() for c in copies),
+                          int(np.isnan(m.predict(x, verbose=0)).any(axis=1).sum())]))
+    """, env={"TF_USE_LEGACY_KERAS": "1", "TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
+    assert last_json(proc) == ["tf_keras", 8, True, 0]
