@@ -37,9 +37,25 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def shown_path(path: str | os.PathLike) -> str:
+    """A path as a learner can share it: relative to the current folder when under it or its parent (the
+    course's own .venv seen from notebooks/), under ~ as ~/..., else as it is."""
+    path = Path(path)
+    here = Path.cwd()
+    for base, prefix in ((here, ""), (here.parent, "../")):
+        try:
+            return prefix + str(path.relative_to(base))
+        except ValueError:
+            pass
+    try:
+        return "~/" + str(path.relative_to(Path.home()))
+    except ValueError:
+        return str(path)
+
+
 def check_python() -> Check:
     v = sys.version_info
-    text = f"{v.major}.{v.minor}.{v.micro} at {sys.executable}"
+    text = f"{v.major}.{v.minor}.{v.micro} at {shown_path(sys.executable)}"
     if v < (3, 10):
         return Check(FAIL, "Python", f"{text}: the kit needs Python 3.10 or newer.")
     return Check(OK, "Python", text)
@@ -128,7 +144,7 @@ def check_widgets_extension() -> Check:
     if path is None:
         return Check(FAIL, "JupyterLab widgets extension", "not found: sliders would show as plain text. "
                      "Install it in the environment that runs JupyterLab: pip install 'jupyterlab_widgets>=3'.")
-    return Check(OK, "JupyterLab widgets extension", str(path))
+    return Check(OK, "JupyterLab widgets extension", shown_path(path))
 
 
 def check_memory() -> Check:

@@ -325,7 +325,7 @@ def parse_cuda_visible_devices(value: str | None, physical: int | Sequence[str],
 def _finish(value: str, n: int, entries: list[Entry], visible: list[int | None], empty_reason: str = "") -> Visibility:
     shown = f"CUDA_VISIBLE_DEVICES={value!r}"
     if empty_reason:
-        entries = [Entry(e.text, "dropped", e.physical, None, e.reason or "hidden: the value repeats a device")
+        entries = [Entry(e.text, "dropped", e.physical, None, e.reason or "hidden: a later entry repeats this GPU")
                    for e in entries]
         return Visibility(value, n, tuple(entries), (), f"{shown}: no GPU visible ({empty_reason})")
     if not visible:

@@ -56,3 +56,19 @@ def test_unknown_command_is_usage_error():
     proc = _doctor("frobnicate")
     assert proc.returncode == 2 and "usage: python -m gputrain_kit doctor" in proc.stderr
     assert _doctor().returncode == 2
+
+
+def test_doctor_shows_paths_without_the_machines_folders(tmp_path, monkeypatch):
+    """Stored outputs and pasted reports show no machine path: the course's venv relative to where it runs."""
+    from pathlib import Path
+
+    from conftest import ROOT as root
+    from gputrain_kit import doctor
+
+    monkeypatch.chdir(root / "notebooks")
+    assert doctor.shown_path(root / ".venv" / "bin" / "python") == "../.venv/bin/python"
+    monkeypatch.chdir(root)
+    assert doctor.shown_path(root / ".venv" / "bin" / "python") == ".venv/bin/python"
+    assert doctor.shown_path(Path.home() / "x" / "y") == "~/x/y" or str(Path.home()) in str(root)
+    monkeypatch.chdir(tmp_path)
+    assert doctor.shown_path("/opt/elsewhere/python") == "/opt/elsewhere/python"
