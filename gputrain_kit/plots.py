@@ -47,14 +47,22 @@ def scaling_figure(rows: Sequence[dict[str, Any]]):
     return fig
 
 
+def human_bytes(n: float) -> str:
+    """Bytes in the unit that reads best: 4.81e-06 GB is 4.8 KB."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} bytes"
+
+
 def memory_figure(estimate: Any, capacity_gb: float):
     """Per-device totals against a card's memory (left), and the fullest device's parts on a log scale
     (right), so that a part far smaller than the others is still readable instead of a sliver."""
     import matplotlib.pyplot as plt
 
-    parts: tuple[str, ...] = ("parameters", "gradients", "optimizer", "accumulators", "activations")
-    if not any(d.get("accumulators") for d in estimate.per_device):
-        parts = ("parameters", "gradients", "optimizer", "activations")
+    every: tuple[str, ...] = ("parameters", "gradients", "optimizer", "accumulators", "activations")
+    colour_of = dict(zip(every, plt.rcParams["axes.prop_cycle"].by_key()["color"]))   # one colour per part, always
+    parts = tuple(p for p in every if p != "accumulators" or any(d.get(p) for d in estimate.per_device))
     # Constrained layout runs when the figure is drawn, not here: the widget's update stays fast.
     fig, (ax, parts_ax) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [3, 2]},
                                        layout="constrained")
@@ -62,7 +70,7 @@ def memory_figure(estimate: Any, capacity_gb: float):
     bottom = [0.0] * len(xs)
     for part in parts:
         values = [d[part] / 1e9 for d in estimate.per_device]
-        ax.bar(xs, values, bottom=bottom, label=part)
+        ax.bar(xs, values, bottom=bottom, label=part, color=colour_of[part])
         bottom = [b + v for b, v in zip(bottom, values)]
     for x, total in zip(xs, bottom):
         ax.annotate(f"{total:.2f}", (x, total), ha="center", va="bottom", fontsize=8)
@@ -72,13 +80,15 @@ def memory_figure(estimate: Any, capacity_gb: float):
            title=f"{estimate.strategy}: {len(xs)} device(s), global batch {estimate.batch_size}")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=5, fontsize=8, frameon=False)
     fullest = max(estimate.per_device, key=lambda d: d["total"])
-    values = [max(fullest[part] / 1e9, 1e-9) for part in parts]
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"][:len(parts)]
-    parts_ax.barh(range(len(parts)), values, color=colours)
-    for row, (part, value) in enumerate(zip(parts, values)):
-        parts_ax.annotate(f" {fullest[part] / 1e9:.3g} GB", (value, row), va="center", fontsize=8)
-    parts_ax.set(xscale="log", yticks=range(len(parts)), yticklabels=parts, xlabel="GB (log scale)",
-                 xlim=(min(values) / 3, max(values) * 30), title="fullest device, by part")
+    shown = [part for part in parts if fullest[part] > 0]       # a log axis has no place for 0: said in words
+    values = [fullest[part] / 1e9 for part in shown]
+    parts_ax.barh(range(len(shown)), values, color=[colour_of[p] for p in shown])
+    for row, (part, value) in enumerate(zip(shown, values)):
+        parts_ax.annotate(f" {human_bytes(fullest[part])}", (value, row), va="center", fontsize=8)
+    none = [part for part in parts if fullest[part] <= 0]
+    parts_ax.set(xscale="log", yticks=range(len(shown)), yticklabels=shown, xlabel="GB (log scale)",
+                 xlim=(min(values) / 3, max(values) * 30) if values else (1e-3, 1),
+                 title="fullest device, by part" + (f"\n(none: {', '.join(none)})" if none else ""))
     parts_ax.invert_yaxis()
     plt.close(fig)
     return fig

@@ -294,3 +294,24 @@ def test_an_estimate_of_a_recurrent_model_says_what_it_leaves_out():
     assert note.startswith("recurrent layers (lstm") and "not counted" in note
     assert "recurrent" not in other
     assert ratio > 1.2, ratio
+
+
+def test_memory_figure_keeps_each_parts_colour_and_leaves_no_zero_bar_on_its_log_axis():
+    """The explorer's plot: a part keeps its colour whether or not accumulators appear; a part of 0 bytes (plain
+    SGD's slots) is named in the title, not drawn at 1e-9 GB; small parts in KB/MB, not '4.81e-06 GB'."""
+    from gputrain_kit.plots import human_bytes, memory_figure
+
+    assert human_bytes(4810) == "4.81 KB" and human_bytes(2.5e9) == "2.5 GB" and human_bytes(12) == "12 bytes"
+    profile = preset_profile("digits")
+    plain = memory_figure(estimate_memory(profile, batch_size=8, optimizer="sgd"), 12)
+    accumulating = memory_figure(estimate_memory(profile, batch_size=8, optimizer="sgd", accumulation_steps=2), 12)
+
+    def colours(fig):
+        return {p.get_label(): p.patches[0].get_facecolor() for p in fig.axes[0].containers}
+
+    a, b = colours(plain), colours(accumulating)
+    assert "accumulators" in b and "accumulators" not in a
+    assert all(a[part] == b[part] for part in a)
+    parts_ax = plain.axes[1]
+    assert "optimizer" not in [t.get_text() for t in parts_ax.get_yticklabels()]
+    assert "(none: optimizer)" in parts_ax.get_title()
