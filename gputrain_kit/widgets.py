@@ -228,13 +228,15 @@ class MemoryExplorer:
     recomputation, gradient accumulation, ZeRO stage) -> per-device memory bars against a card's size.
 
     Headless use: set ``.preset/.batch/.devices/.strategy/.capacity/.optimizer/.precision/.remat/
-    .accumulation/.zero_stage`` values; read ``.summary.value`` and ``.estimate``.
+    .accumulation/.zero_stage`` values; read ``.summary.value`` and ``.estimate``. ``levers=False`` folds the
+    levers notebook 08 teaches (precision, recomputation, accumulation, ZeRO) into a closed section, for a
+    notebook that has not met them yet.
     """
 
     def __init__(self, preset: str = "InceptionV3 299x299", batch: int = 32, devices: int = 2,
                  strategy: str = "data", capacity_gb: float = 12, optimizer: str = "adam",
                  dtype_policy: str = "float32", remat: bool = False, accumulation_steps: int = 1,
-                 zero_stage: int = 0):
+                 zero_stage: int = 0, levers: bool = True):
         import ipywidgets as widgets
 
         from ._args import require_bool, require_choice, require_int
@@ -247,6 +249,7 @@ class MemoryExplorer:
         require_bool(func, "remat", remat)
         accumulation_steps = require_int(func, "accumulation_steps", accumulation_steps, minimum=1)
         require_choice(func, "zero_stage", zero_stage, ZERO_STAGES)
+        levers = require_bool(func, "levers", levers)
         wide = {"description_width": "initial"}
         self.preset = widgets.Dropdown(options=list(PRESETS), value=preset,
                                        description="model", style=wide, layout=widgets.Layout(width="380px"))
@@ -275,10 +278,15 @@ class MemoryExplorer:
                         self.precision, self.remat, self.accumulation, self.zero_stage):
             control.observe(lambda _change: self.update(), names="value")
         self.update()
+        later = [widgets.HBox([self.accumulation, self.zero_stage]), widgets.HBox([self.precision, self.remat])]
+        if levers:
+            rows = [widgets.HBox([self.optimizer, *later[0].children]), later[1]]
+        else:                                        # notebook 08's levers, folded until the learner gets there
+            rows = [self.optimizer, widgets.Accordion(children=[widgets.VBox(later)],
+                                                      titles=("more levers (notebook 08)",), selected_index=None)]
         self.widget = widgets.VBox([widgets.HBox([self.preset, self.capacity]),
-                                    widgets.HBox([self.batch, self.devices]), self.strategy,
-                                    widgets.HBox([self.optimizer, self.accumulation, self.zero_stage]),
-                                    widgets.HBox([self.precision, self.remat]), self.summary, self.plot])
+                                    widgets.HBox([self.batch, self.devices]), self.strategy, *rows,
+                                    self.summary, self.plot])
 
     def update(self) -> None:
         import html

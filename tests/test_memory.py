@@ -315,3 +315,17 @@ def test_memory_figure_keeps_each_parts_colour_and_leaves_no_zero_bar_on_its_log
     parts_ax = plain.axes[1]
     assert "optimizer" not in [t.get_text() for t in parts_ax.get_yticklabels()]
     assert "(none: optimizer)" in parts_ax.get_title()
+
+
+def test_memory_explorer_folds_notebook_08s_levers_where_asked():
+    import ipywidgets as widgets
+
+    folded = MemoryExplorer(levers=False)
+    accordions = [c for c in folded.widget.children if isinstance(c, widgets.Accordion)]
+    assert len(accordions) == 1 and accordions[0].selected_index is None          # closed
+    assert accordions[0].titles == ("more levers (notebook 08)",)
+    folded.remat.value = True                                                    # still live when opened
+    assert any("recomput" in a for a in folded.estimate.assumptions)
+    assert not any(isinstance(c, widgets.Accordion) for c in MemoryExplorer().widget.children)
+    with pytest.raises(TypeError, match="levers must be True or False"):
+        MemoryExplorer(levers="no")
