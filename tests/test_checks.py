@@ -24,6 +24,21 @@ def test_as_int_list_and_friends():
     assert as_int_list([6, 7]) == as_int_list((6, 7)) == as_int_list(np.array([6, 7])) == as_int_list("[6, 7]") == [6, 7]
     assert as_int_list("6, 7") == [6, 7] and as_int_list([]) == [] and as_int_list("[]") == []
     assert as_int_list([6.5]) is None and as_int_list("six") is None and as_int_list(6) is None
+    # issue 30: a range, a tensor, and "no replica" said as None or 'none'
+    assert as_int_list(range(7, 11)) == [7, 8, 9, 10]
+    assert as_int_list(None) is None and as_int_list("none") is None                  # a list is asked for
+    assert as_int_list(None, none_is_empty=True) == as_int_list(" None ", none_is_empty=True) == []
+    assert check.nb05_empty_replicas_b(None) and check.nb05_empty_replicas_b("none")    # "no replica": []
+
+    class Tensor:                       # what a TensorFlow tensor offers: .numpy() and .shape
+        def __init__(self, value):
+            self.value, self.shape = np.asarray(value), np.asarray(value).shape
+
+        def numpy(self):
+            return self.value
+
+    assert as_int_list(Tensor([6, 7])) == [6, 7]
+    assert as_number(Tensor(0.25)) == 0.25 and as_int(Tensor(7)) == 7
     assert as_int(7.0) == 7 and as_int("7") == 7 and as_int(7.5) is None
     assert as_choice(" 'B' ", "abc") == "b" and as_choice(2, "abc") is None
     assert as_bool(np.bool_(False)) is False and as_bool("yes") is True and as_bool(0) is None

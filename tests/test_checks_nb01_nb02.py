@@ -19,7 +19,7 @@ def test_the_answers_are_what_the_kit_computes():
 
 @pytest.mark.parametrize("name, right, wrong, bad_form", [
     ("nb01_visible_after_drop", [[5, 4], (5, 4), np.array([5, 4]), "5, 4", "[5, 4]"], [[5, 4, 2], [5], [4, 5]],
-     [object(), 5.5, None]),
+     [object(), 5.5, "GPU five"]),
     ("nb01_smi_behind", [7, 7.0, np.int64(7), "7"], [3, 6, 2], [object(), "seven", [7], 7.5]),
     ("nb02_last_step_three", [[32, 32, 30], (32, 32, 30), np.array([32, 32, 30]), "32, 32, 30"],
      [[32, 32, 32], [30, 32, 32], [31, 31, 32]], [object(), 94, [32, 32], "thirty"]),

@@ -47,6 +47,8 @@ def as_number(answer: Any) -> float | None:
         return None
     if isinstance(answer, numbers.Real):
         return float(answer)
+    if hasattr(answer, "numpy") and getattr(answer, "shape", None) == ():     # a TensorFlow scalar
+        return as_number(answer.numpy())
     if hasattr(answer, "shape") and getattr(answer, "shape", None) == () and hasattr(answer, "item"):
         return as_number(answer.item())
     if isinstance(answer, str):
@@ -66,8 +68,16 @@ def as_int(answer: Any) -> int | None:
     return int(value) if value is not None and float(value).is_integer() else None
 
 
-def as_int_list(answer: Any) -> list[int] | None:
-    """A list of whole numbers from a list, tuple, set, NumPy array or a string like '[6, 7]' or '6, 7'."""
+def as_int_list(answer: Any, *, none_is_empty: bool = False) -> list[int] | None:
+    """A list of whole numbers from a list, tuple, set, range, NumPy array or TensorFlow tensor, or a string like
+    '[6, 7]' or '6, 7'. ``none_is_empty``: where "no item" is an answer (no replica goes empty), None and 'none'
+    read as []."""
+    if none_is_empty and (answer is None or (isinstance(answer, str) and answer.strip().lower() in ("none", "no"))):
+        return []
+    if isinstance(answer, range):
+        return list(answer)
+    if hasattr(answer, "numpy") and not isinstance(answer, (str, bytes)):   # a TensorFlow tensor
+        answer = answer.numpy()
     if isinstance(answer, str):
         text = answer.strip().strip("[]()")
         items: Iterable[Any] = [t for t in text.replace(",", " ").split()] if text else []

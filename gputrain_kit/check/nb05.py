@@ -17,7 +17,7 @@ def _empty_replicas(n: int, batch: int, replicas: int) -> list[int]:
 def nb05_empty_replicas_a(answer: Any) -> Verdict:
     """1030 samples, global batch 64, 8 replicas: which replicas get nothing in the last step? (a list)"""
     right = _empty_replicas(1030, 64, 8)
-    values = as_int_list(answer)
+    values = as_int_list(answer, none_is_empty=True)
     return verdict(answer, values is not None and sorted(values) == right,
                    f"{right}: the last 6 samples go 1 per replica to replicas 0-5.",
                    "How many samples does the last step hold?", form=None if values is not None else _LIST)
@@ -26,7 +26,7 @@ def nb05_empty_replicas_a(answer: Any) -> Verdict:
 def nb05_empty_replicas_b(answer: Any) -> Verdict:
     """1000 samples, global batch 96, 8 replicas: which replicas get nothing in the last step? (a list)"""
     right = _empty_replicas(1000, 96, 8)
-    values = as_int_list(answer)
+    values = as_int_list(answer, none_is_empty=True)
     return verdict(answer, values is not None and sorted(values) == right,
                    f"{right or 'none'}: the last 40 samples split 5 per replica, so every replica gets data.",
                    "1000 - 10 x 96 samples, ceil(n / 8) each, in order.", form=None if values is not None else _LIST)
