@@ -152,3 +152,17 @@ def test_readme_lists_every_notebook_and_the_two_commands():
         assert f"(notebooks/{path.name})" in readme, f"{path.name} missing from the README table"
     assert "make lab" in readme and "make test" in readme and "doctor" in readme
     assert "pip install -e '.[gpu]'" in readme
+
+
+def test_readme_times_are_the_notebooks_own():
+    """Each notebook's 'Time:' line, the README table's minutes and the README's total agree (issue 30)."""
+    readme = (ROOT / "README.md").read_text()
+    total = 0
+    for path in NOTEBOOKS:
+        first = "".join(json.loads(path.read_text())["cells"][0]["source"])
+        minutes = int(re.search(r"\*\*Time:\*\* about (\d+) minutes", first).group(1))
+        row = next(line for line in readme.splitlines() if line.startswith(f"| [{path.stem}]"))
+        assert f"| {minutes} min |" in row, (path.name, minutes)
+        total += minutes
+    hours, rest = divmod(total, 60)
+    assert f"About **{hours} hours" + (f" {rest} minutes**" if rest else "**") in readme, total
