@@ -17,8 +17,10 @@ def test_check_batch_plan_warns_only_when_a_replica_is_empty():
     advice = str(caught[0].message)
     assert "Fix: fixed-size batches (drop_remainder=True on the global batch" in advice
     assert "synchronized=True) is no fix for empty steps" in advice
-    assert "with TensorFlow's oneDNN CPU kernels, crashes fit on conv models" in advice   # Eigen, H100: NaN instead
-    assert "which one depends on the kernels (notebook 05)" in advice
+    # the crash is named with its kernels (issue 29): oneDNN crashes, Eigen and the H100 train into NaN
+    assert "a conv net may crash fit (it does with TensorFlow's oneDNN CPU kernels, not with its Eigen kernels " \
+           "or on an H100)" in advice
+    assert "depends on the kernels and the model (notebook 05)" in advice
     with pytest.warns(EmptyReplicaWarning, match="drop_remainder=True on each replica's batch"):
         assert check_batch_plan(1040, 64, 4, via="function")[-1] == [16, 0, 0, 0]
     with warnings.catch_warnings():
