@@ -66,8 +66,6 @@ def require_bool(func: str, name: str, value: Any) -> bool:
 def require_number(func: str, name: str, value: Any, *, allow_zero: bool = False) -> float:
     """Return ``value`` as a float if it is a real number above 0 (or at least 0 with ``allow_zero``); otherwise raise
     ArgumentTypeError (not a number) or ValueError (out of range), naming the argument and what was given."""
-    import numbers
-
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentTypeError(f"{func}: {name} must be a number, got {short(value)}.")
     if float(value) < 0 or (float(value) == 0 and not allow_zero):

@@ -148,17 +148,24 @@ class DeviceActivity:
             return (0.0, 0.0)
         return (min(s for s, _ in times), max(e for _, e in times))
 
-    def main_window(self) -> tuple[float, float]:
-        """The span of the traced function that computed most (``fit``'s train function): where the
-        steps are, without the set-up before them (iterators, copies of the data)."""
-        self._ready("main_window()")
+    def _main_ops(self) -> list[tuple[float, float]] | None:
+        """(start, end) of every op of the traced function that computed most (``fit``'s train function);
+        None when the ops carry no function."""
         if not self.functions or len(self.functions) != len(self.intervals):
-            return self.window()
+            return None
         time_in: dict[str, float] = {}
         for (_, s, e, _), fn in zip(self.intervals, self.functions):
             time_in[fn] = time_in.get(fn, 0.0) + e - s
         main = max(time_in, key=lambda fn: time_in[fn])
-        spans = [(s, e) for (_, s, e, _), fn in zip(self.intervals, self.functions) if fn == main]
+        return [(s, e) for (_, s, e, _), fn in zip(self.intervals, self.functions) if fn == main]
+
+    def main_window(self) -> tuple[float, float]:
+        """The span of the traced function that computed most (``fit``'s train function): where the
+        steps are, without the set-up before them (iterators, copies of the data)."""
+        self._ready("main_window()")
+        spans = self._main_ops()
+        if spans is None:
+            return self.window()
         return (min(s for s, _ in spans), max(e for _, e in spans))
 
     def steady_window(self) -> tuple[float, float, bool]:
@@ -168,13 +175,9 @@ class DeviceActivity:
         one-off ops (each over a tenth of the window and 20 times the median op: kernels run for the first time,
         first allocations). The third value says whether anything was left out."""
         lo, hi = self.main_window()
-        if not self.functions or len(self.functions) != len(self.intervals) or hi <= lo:
+        main_ops = self._main_ops()
+        if main_ops is None or hi <= lo:
             return lo, hi, False
-        time_in: dict[str, float] = {}
-        for (_, s, e, _), fn in zip(self.intervals, self.functions):
-            time_in[fn] = time_in.get(fn, 0.0) + e - s
-        main = max(time_in, key=lambda fn: time_in[fn])
-        main_ops = [(s, e) for (_, s, e, _), fn in zip(self.intervals, self.functions) if fn == main]
         start = lo
         for _ in range(4):                 # a pause, a one-off op, a pause again: until nothing changes
             before = start

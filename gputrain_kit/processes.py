@@ -87,6 +87,21 @@ def _globals_used(code: Any) -> set[str]:
     return names
 
 
+def _is_literal(value: Any) -> bool:
+    """Whether ``repr(value)`` is a Python literal that reads back as the same value (a constant a new process
+    can receive as source); a list holding an array, say, is not."""
+    import ast
+
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return True
+    if not isinstance(value, (tuple, list, dict)):
+        return False
+    try:
+        return bool(ast.literal_eval(repr(value)) == value)
+    except (ValueError, SyntaxError, TypeError):
+        return False
+
+
 def function_with_helpers(func: str, target: Any, *, what: str, closure_fix: str) -> str:
     """``function_source`` plus what the function needs from its module, for a process that receives source
     only: the modules it uses (as imports), the functions and classes of its own module it calls (their source,
@@ -115,8 +130,7 @@ def function_with_helpers(func: str, target: Any, *, what: str, closure_fix: str
                 if inspect.isfunction(value):
                     ship(value)
                 prelude.append(helper)
-            elif value is None or isinstance(value, (bool, int, float, str, bytes)) or (
-                    isinstance(value, (tuple, list, dict)) and repr(value) == repr(eval(repr(value), {}))):
+            elif _is_literal(value):
                 prelude.append(f"{name} = {value!r}")
             else:
                 raise ValueError(f"{func}: {target.__name__}() uses {name} ({type(value).__name__}) from its "

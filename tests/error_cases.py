@@ -28,14 +28,20 @@ case("plan_batches", "n_samples", "n_samples as a string", "kit.plan_batches('10
 case("plan_batches", "n_samples", "an array as n_samples", "kit.plan_batches(np.zeros(1000), 64, 4)")
 case("plan_batches", "global_batch", "global_batch=0", "kit.plan_batches(1000, 0, 4)")
 case("plan_batches", "via", "an unknown input path", "kit.plan_batches(1000, 64, 4, via='graph')")
-case("check_batch_plan", "replicas", "replicas=2.5", "kit.check_batch_plan(1000, 64, 2.5)")
 case("plan_batches", "global_batch", "a float that means a whole number", "kit.plan_batches(134, 32.0, 4)")
 case("plan_batches", "global_batch", "global_batch and n_samples swapped (a warning)", "kit.plan_batches(64, 1030, 4)")
 case("plan_batches", "global_batch", "global_batch and replicas swapped (a warning)", "kit.plan_batches(134, 4, 32)")
+case("check_batch_plan", "replicas", "replicas=2.5", "kit.check_batch_plan(1000, 64, 2.5)")
 case("estimate_memory", "batch_size", "batch_size=0", "kit.estimate_memory(dense, batch_size=0)")
 case("estimate_memory", "strategy", "an unknown strategy", "kit.estimate_memory(dense, batch_size=8, strategy='model')")
 case("estimate_memory", "zero_stage", "ZeRO without data parallelism", "kit.estimate_memory(dense, batch_size=8, zero_stage=2)")
 case("estimate_memory", "dtype_policy", "a plain float16 policy", "kit.estimate_memory(dense, batch_size=8, dtype_policy='float16')")
+case("estimate_memory", "model", "a string instead of a model", "kit.estimate_memory('model', batch_size=8)")
+case("estimate_memory", "", "a model that is not built yet", "kit.estimate_memory(unbuilt, batch_size=8)")
+case("estimate_memory", "optimizer", "an optimizer the estimate does not know",
+     "kit.estimate_memory(dense, batch_size=8, optimizer=keras.optimizers.Lion())")
+case("estimate_memory", "devices", "a strategy and another device count",
+     "kit.estimate_memory(dense, batch_size=8, strategy=strategy, devices=2)")
 case("measure_memory", "build", "a lambda", "kit.measure_memory(lambda: dense, batch_size=8)")
 case("measure_memory", "accumulation_steps", "a batch not divisible by the steps",
      "kit.measure_memory(job, batch_size=10, accumulation_steps=4)")
@@ -67,12 +73,6 @@ case("explain", "error", "a number", "kit.explain(42)")
 case("device_activity", "devices", "one device name instead of a list", "kit.device_activity('/device:CPU:0')")
 case("expect_error", "", "no exception type", "kit.expect_error().__enter__()")
 case("batchnorm.run_cases", "", "an unknown model kind", "kit.batchnorm.run_cases([('mlp', 'scale=True', 'drop_remainder')])")
-case("estimate_memory", "model", "a string instead of a model", "kit.estimate_memory('model', batch_size=8)")
-case("estimate_memory", "", "a model that is not built yet", "kit.estimate_memory(unbuilt, batch_size=8)")
-case("estimate_memory", "optimizer", "an optimizer the estimate does not know",
-     "kit.estimate_memory(dense, batch_size=8, optimizer=keras.optimizers.Lion())")
-case("estimate_memory", "devices", "a strategy and another device count",
-     "kit.estimate_memory(dense, batch_size=8, strategy=strategy, devices=2)")
 # --------------------------------------------------------------------------- models
 case("setup", "devices", "a second setup with another device count", "kit.setup(devices=8)")
 case("replica_report", "model", "a string as the model", "kit.replica_report('model', strategy)")

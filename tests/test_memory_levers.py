@@ -363,6 +363,9 @@ def build():
 ARRAY = numpy.zeros(3)
 def uses_an_array():
     return keras.Sequential([keras.Input((int(ARRAY.shape[0]),)), keras.layers.Dense(4)])
+SIZES = [numpy.int64(3)]
+def uses_a_list_of_numpy_values():
+    return keras.Sequential([keras.Input((int(SIZES[0]),)), keras.layers.Dense(4)])
 def text_model():
     return keras.Sequential([keras.Input((20,), dtype="int32"), keras.layers.Embedding(1000, 64),
                              keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(4)])
@@ -385,6 +388,8 @@ def test_a_build_that_calls_its_modules_helpers_is_measured_and_what_cannot_trav
     begun = time.perf_counter()
     with pytest.raises(ValueError, match=r"uses_an_array\(\) uses ARRAY \(ndarray\) from its module"):
         measure_memory(builds.uses_an_array, batch_size=8)
+    with pytest.raises(ValueError, match=r"uses SIZES \(list\) from its module"):   # its repr is no literal
+        measure_memory(builds.uses_a_list_of_numpy_values, batch_size=8)
     assert time.perf_counter() - begun < 1.0
     text = measure_memory(builds.text_model, batch_size=64)
     text_params = (1000 * 64 + 64 * 4 + 4) * 4

@@ -73,12 +73,12 @@ def run_jobs(task: str, jobs: Sequence[Job], *, processes: int = 2, timeout: flo
         raise ValueError(f"{func}: job ids must be unique, got {ids}.")
     # Forking: one server per environment, fed job by job. Otherwise: one server (a fresh process) per job.
     # Servers start when their first job is sent, so that no more than `processes` import at once.
+    def key_of(job: Job) -> Any:
+        return _env_key(job.env) if fork else job.id
+
     groups: dict[Any, collections.deque] = {}
-    members: dict[Any, list[Job]] = {}
     for job in jobs:
-        key = _env_key(job.env) if fork else job.id
-        groups.setdefault(key, collections.deque()).append(job)
-        members.setdefault(key, []).append(job)
+        groups.setdefault(key_of(job), collections.deque()).append(job)
     envs = {key: child_environment(func, queue[0].env) for key, queue in groups.items()}
     results: dict[str, Outcome] = {}
     running = {key: 0 for key in groups}
@@ -153,20 +153,21 @@ def run_jobs(task: str, jobs: Sequence[Job], *, processes: int = 2, timeout: flo
             if server.poll() is None:
                 server.kill()
                 server.wait()
-    for key, group in members.items():
-        tail = ""
-        if key in stderr:
-            stderr[key].seek(0)
-            tail = "\n".join(stderr[key].read().strip().splitlines()[-6:])
-            stderr[key].close()
-        for job in group:
-            if job.id not in results:
-                if timed_out:
-                    why = f"no result within {timeout:.0f} s"
-                elif key in servers:
-                    why = f"its process exited with status {servers[key].returncode} before reporting"
-                else:
-                    why = "not run: an earlier job's process ended first"
-                results[job.id] = Outcome(job.id, error=why + (f":\n{tail}" if tail else ""), died=True,
-                                          timed_out=timed_out)
+    tails = {}
+    for key, file in stderr.items():
+        file.seek(0)
+        tails[key] = "\n".join(file.read().strip().splitlines()[-6:])
+        file.close()
+    for job in jobs:
+        if job.id in results:
+            continue
+        key = key_of(job)
+        tail = tails.get(key, "")
+        if timed_out:
+            why = f"no result within {timeout:.0f} s"
+        elif key in servers:
+            why = f"its process exited with status {servers[key].returncode} before reporting"
+        else:
+            why = "not run: an earlier job's process ended first"
+        results[job.id] = Outcome(job.id, error=why + (f":\n{tail}" if tail else ""), died=True, timed_out=timed_out)
     return {job_id: results[job_id] for job_id in ids}
