@@ -206,6 +206,12 @@ def small_conv():
                              keras.layers.Flatten(), keras.layers.Dense(64), keras.layers.Dense(4)])
 
 
+def wide_conv():
+    """6.4 MB of parameters, most in one Dense kernel."""
+    return keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(32, 3, activation="relu"),
+                             keras.layers.Flatten(), keras.layers.Dense(256), keras.layers.Dense(4)])
+
+
 def tiny_conv():
     """2 KB of parameters: oneDNN's own CPU allocator kept no statistics for it (zero); the BFC allocator does."""
     return keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(16, 3, activation="relu"),
@@ -343,13 +349,17 @@ def test_memory_explorer_levers_headless():
 
 
 def test_measure_memory_takes_every_optimizer_the_estimate_knows():
-    """'sgd-momentum' (one slot per parameter) is measured as SGD(momentum=0.9), as estimate_memory counts it."""
-    r = measure_levers(small_conv, {"sgd": {"optimizer": "sgd"}, "momentum": {"optimizer": "sgd-momentum"},
-                                    "adam": {}}, batch_size=32)
-    params = (3 * 3 * 3 * 32 + 32 + 14 * 14 * 32 * 64 + 64 + 64 * 4 + 4) * 4
+    """'sgd-momentum' (one slot per parameter) is measured as SGD(momentum=0.9), as estimate_memory counts it.
+
+    Momentum's step keeps some scratch between steps (on a 1.6 MB model 0.5 to 1.5 MB more, a different amount
+    each step; on this 6.4 MB one 2 MB, steadily): the model is large enough for one slot to stand out of it."""
+    r = measure_levers(wide_conv, {"sgd": {"optimizer": "sgd"}, "momentum": {"optimizer": "sgd-momentum"},
+                                   "adam": {}}, batch_size=32)
+    params = (3 * 3 * 3 * 32 + 32 + 14 * 14 * 32 * 256 + 256 + 256 * 4 + 4) * 4
     sgd, momentum, adam = (r[k].state_bytes for k in ("sgd", "momentum", "adam"))
     assert sgd < momentum < adam
-    assert 0.8 * params <= momentum - sgd <= 1.5 * params, (r, params)      # one slot per parameter (Adam: two)
+    assert 0.8 * params <= momentum - sgd <= 1.5 * params, (r, params)      # one slot per parameter
+    assert 1.6 * params <= adam - sgd <= 2.6 * params, (r, params)          # Adam: two
 
 
 HELPERS = '''
