@@ -31,10 +31,12 @@ from ._args import require_choice, require_int, short
 from .cpu_kernels import FAMILIES, FAMILY_NAMES, family_env
 from .processes import BackgroundRun
 
-__all__ = ["MODELS", "BN_SETTINGS", "BATCHINGS", "DEFAULT_CASES", "CaseResult", "Matrix", "bn_model", "run_cases",
+__all__ = ["MODELS", "BN_SETTINGS", "BATCHINGS", "DEFAULT_CASES", "AS_BUILT", "CaseResult", "Matrix", "bn_model", "run_cases",
            "start_cases", "PendingCases"]
 
 MODELS = ("dense", "conv")
+#: The devices (replicas) every case trains on.
+DEVICES = 4
 BN_SETTINGS = ("no BN", "scale=False", "scale=True", "synchronized")
 
 
@@ -86,9 +88,10 @@ class CaseResult:
     losses: tuple[float, ...]    # per finished epoch (empty after a crash)
     nan_copies: int              # replica copies of variables with NaN/inf
     spread: float                # largest difference of a finite copy from replica 0's
-    nan_rows: int                # rows of predict under the strategy with NaN (of 1030)
+    nan_rows: int                # rows of predict under the strategy with NaN (of ``rows``)
     later_fit: str               # after a crash: "works" or the error a second fit raises
     kernels: str = ""            # the CPU kernel family the case ran with: "onednn" or "eigen"
+    rows: int = 1030             # the samples trained on (the kit's cases: 1030)
 
     @property
     def case(self) -> tuple[str, str, str]:
@@ -119,6 +122,10 @@ class Matrix:
         raise KeyError(f"Matrix.outcome: no case ({short(model)}, {short(bn)}, {short(batching)})"
                        + (f" under {short(kernels)}" if kernels else "") + " was run.")
 
+    @property
+    def _model_width(self) -> int:
+        return max([6] + [len(r.model) for r in self.results])
+
     def side_by_side(self, **recorded: dict[tuple[str, str, str], str]) -> str:
         """Each case's outcome under every family, in columns. ``recorded``: more columns, column name ->
         {case: outcome} (e.g. the H100 record's: ``H100_recorded=kit.gpu_record.bn_outcomes()``)."""
@@ -126,22 +133,23 @@ class Matrix:
                                                                 if r.kernels == f}) for f in self.families]
         columns += [(name.replace("_", " "), outcomes) for name, outcomes in recorded.items()]
         widths = [max(len(name), 11) for name, _ in columns]
-        head = f"{'model':<6} {'BatchNorm':<13} {'batches':<16} " + " ".join(
+        mw = self._model_width
+        head = f"{'model':<{mw}} {'BatchNorm':<13} {'batches':<16} " + " ".join(
             f"{name:<{w}}" for (name, _), w in zip(columns, widths))
         lines = [head.rstrip(), "-" * len(head.rstrip())]
         for case in self.cases:
             cells = " ".join(f"{outcomes.get(case, '-'):<{w}}" for (_, outcomes), w in zip(columns, widths))
-            lines.append(f"{case[0]:<6} {case[1]:<13} {case[2]:<16} {cells}".rstrip())
+            lines.append(f"{case[0]:<{mw}} {case[1]:<13} {case[2]:<16} {cells}".rstrip())
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        multi = len(self.families) > 1
-        head = (f"{'model':<6} {'BatchNorm':<13} {'batches':<16} " + (f"{'kernels':<17}" if multi else "")
+        multi, mw = len(self.families) > 1, self._model_width
+        head = (f"{'model':<{mw}} {'BatchNorm':<13} {'batches':<16} " + (f"{'kernels':<17}" if multi else "")
                 + f"{'outcome':<11} what you see")
         lines = [head, "-" * len(head)]
         for r in self.results:
             family = f"{FAMILY_NAMES.get(r.kernels, r.kernels):<17}" if multi else ""
-            lines.append(f"{r.model:<6} {r.bn:<13} {r.batching:<16} {family}{r.outcome:<11} {r.detail}")
+            lines.append(f"{r.model:<{mw}} {r.bn:<13} {r.batching:<16} {family}{r.outcome:<11} {r.detail}")
         return "\n".join(lines)
 
 
@@ -149,7 +157,7 @@ def _classify(raw: dict[str, Any], kernels: str = "") -> CaseResult:
     import math
 
     kind, bn, batching = raw["case"]
-    losses = tuple(raw["losses"])
+    losses, rows = tuple(raw["losses"]), int(raw.get("rows", 1030))
     if raw["error"]:
         outcome, detail = "crash", raw["error"]
         if raw["nan_copies"]:
@@ -161,22 +169,68 @@ def _classify(raw: dict[str, Any], kernels: str = "") -> CaseResult:
         epoch = next(i for i, v in enumerate(losses, 1) if not math.isfinite(v))
         outcome = "loud NaN"
         detail = (f"loss NaN in epoch {epoch}, TerminateOnNaN stops; NaN in {', '.join(raw['poisoned'])} "
-                  f"({raw['nan_copies']} copies), {raw['nan_rows']} of 1030 rows NaN")
+                  f"({raw['nan_copies']} copies), {raw['nan_rows']} of {rows} rows NaN")
     elif raw["nan_copies"]:
         outcome = "silent NaN"
         replicas = ", ".join(map(str, raw["poisoned_replicas"]))
         detail = (f"loss finite; NaN in {', '.join(raw['poisoned'])} on replica {replicas}, "
-                  f"{raw['nan_rows']} of 1030 rows NaN")
+                  f"{raw['nan_rows']} of {rows} rows NaN")
     else:
         outcome = "healthy"
         detail = f"all copies finite; replicas drift apart by {raw['spread']:.2f}" if raw["spread"] > 1e-6 \
             else "all copies finite and identical"
     return CaseResult(kind, bn, batching, outcome, detail, losses, raw["nan_copies"], float(raw["spread"]),
-                      raw["nan_rows"], raw["later_fit"], kernels)
+                      raw["nan_rows"], raw["later_fit"], kernels, rows)
 
 
-def _check(func: str, cases: Iterable[tuple[str, str, str]] | None, epochs: Any, processes: Any,
-           kernels: Any = None) -> tuple[list[tuple[str, str, str]], int, int, tuple[str, ...] | None]:
+#: The BatchNorm column of a learner's model: the model as their build() makes it.
+AS_BUILT = "as built"
+
+
+@dataclass(frozen=True)
+class _UsersModel:
+    """A learner's build() and data, checked (``run_cases(build=..., data=...)``)."""
+    source: str
+    name: str
+    x: Any
+    y: Any
+    batch_size: int
+    loss: str
+
+
+def _users_model(func: str, build: Any, data: Any, batch_size: Any, loss: Any) -> _UsersModel:
+    import numpy as np
+
+    from ._args import ArgumentTypeError, require_str
+    from .processes import function_with_helpers
+
+    source = function_with_helpers(
+        func, build, what="build must be a function defined with `def` that returns a Keras model",
+        closure_fix="Each case runs in a fresh process that receives its source only: define it at the top level "
+                    "of a cell or a script.")
+    if build.__code__.co_argcount:
+        raise ValueError(f"{func}: build must take no arguments; {build.__name__}() takes "
+                         f"{build.__code__.co_argcount}. Fix its settings inside it.")
+    if not isinstance(data, tuple) or len(data) != 2 or not all(isinstance(a, np.ndarray) for a in data):
+        raise ArgumentTypeError(f"{func}: data must be a tuple (x, y) of two NumPy arrays, got {short(data)}. "
+                                "Pass data=(x, y) with the samples along the first axis.")
+    x, y = data
+    if len(x) != len(y):
+        raise ValueError(f"{func}: data's x has {len(x)} samples and y {len(y)}; they must match.")
+    batch_size = require_int(func, "batch_size", batch_size, minimum=DEVICES)
+    if len(x) < batch_size + DEVICES - 1:
+        raise ValueError(f"{func}: data has {len(x)} samples; a last step that leaves one of the {DEVICES} "
+                         f"replicas empty needs at least batch_size + {DEVICES - 1} = {batch_size + DEVICES - 1}. "
+                         "Pass more data or a smaller batch_size.")
+    if loss is not None:
+        loss = require_str(func, "loss", loss)
+    # Whole batches and a last batch of DEVICES - 1 samples: split [1, 1, 1, 0], one replica gets none.
+    n = (len(x) - (DEVICES - 1)) // batch_size * batch_size + DEVICES - 1
+    return _UsersModel(source, build.__name__, x[:n], y[:n], batch_size, loss or "")
+
+
+def _check(func: str, cases: Iterable[Any] | None, epochs: Any, processes: Any, kernels: Any = None,
+           users: _UsersModel | None = None) -> tuple[list[tuple[str, str, str]], int, int, tuple[str, ...] | None]:
     if kernels is not None:
         if isinstance(kernels, str):
             kernels = (kernels,)
@@ -191,30 +245,71 @@ def _check(func: str, cases: Iterable[tuple[str, str, str]] | None, epochs: Any,
         for family in kernels:
             require_choice(func, "kernels", family, FAMILIES)
     checked: list[tuple[str, str, str]] = []
-    for case in (DEFAULT_CASES if cases is None else cases):
-        if len(tuple(case)) != 3:
-            raise ValueError(f"{func}: each case is (model, bn, batching), got {short(case)}.")
-        model, bn, batching = case
-        checked.append((require_choice(func, "model", model, MODELS), require_choice(func, "bn", bn, BN_SETTINGS),
-                        require_choice(func, "batching", batching, BATCHINGS)))
+    if users is not None:                  # a learner's model: the cases are batchings
+        for batching in (BATCHINGS if cases is None else cases):
+            checked.append((users.name, AS_BUILT, require_choice(func, "cases", batching, BATCHINGS)))
+    else:
+        for case in (DEFAULT_CASES if cases is None else cases):
+            if isinstance(case, str) or len(tuple(case)) != 3:
+                raise ValueError(f"{func}: each case is (model, bn, batching), got {short(case)}.")
+            model, bn, batching = case
+            checked.append((require_choice(func, "model", model, MODELS),
+                            require_choice(func, "bn", bn, BN_SETTINGS),
+                            require_choice(func, "batching", batching, BATCHINGS)))
     return (checked, require_int(func, "epochs", epochs, minimum=1),
             require_int(func, "processes", processes, minimum=1), kernels)
 
 
-def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: int = 2, processes: int = 2,
+def _users_data_file(users: _UsersModel) -> str:
+    """The learner's data in a temporary .npz file that the case processes read (removed after the run)."""
+    import os
+    import tempfile
+
+    import numpy as np
+
+    handle, path = tempfile.mkstemp(prefix="gputrain-bn-", suffix=".npz")
+    os.close(handle)
+    np.savez(path, x=users.x, y=users.y)
+    return path
+
+
+def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes: int = 2,
               timeout: float = 300, on_result: Callable[[CaseResult, int, int], None] | None = None,
-              kernels: str | Iterable[str] | None = None) -> Matrix:
+              kernels: str | Iterable[str] | None = None, build: Callable[[], Any] | None = None,
+              data: tuple[Any, Any] | None = None, batch_size: int = 64, loss: str | None = None,
+              _users: _UsersModel | None = None) -> Matrix:
     """Run BatchNorm cases, each a (model, bn, batching) from MODELS x BN_SETTINGS x BATCHINGS (default:
     DEFAULT_CASES), in up to ``processes`` child processes at a time (``_children/bn_case.py``; on Linux forked
     from one process per family that imported TensorFlow). ``on_result(result, done, total)`` is called as each
     case finishes (for a progress bar). ``kernels``: the CPU kernel families to run every case under
     (``"onednn"``, ``"eigen"`` or both; None: the family this process's environment gives). Results come back
-    in the order of ``cases``, family by family."""
+    in the order of ``cases``, family by family.
+
+    **Your own model**: ``build`` (a zero-argument function defined with ``def``, as for ``measure_memory``)
+    returns your model, compiled or not (an uncompiled one is compiled with Adam and ``loss``), and
+    ``data=(x, y)`` is your data (NumPy arrays). Each case builds it in ``MirroredStrategy.scope()`` over 4
+    devices and trains it for ``epochs`` epochs at a global ``batch_size`` in a process of its own; ``cases``
+    are then batchings from BATCHINGS (default both): ``"last step empty"`` trains on your data cut to whole
+    batches plus 3 samples (the last step split [1, 1, 1, 0]), ``"drop_remainder"`` on the same samples without
+    that step. The BatchNorm column reads ``"as built"``."""
+    import os
+
     from ._children import Job, run_jobs
 
-    cases, epochs, processes, kernels = _check("run_cases", cases, epochs, processes, kernels)
+    func = "run_cases"
+    if _users is None and (build is not None or data is not None):
+        if build is None or data is None:
+            raise ValueError(f"{func}: your own model needs both build= (a function returning it) and "
+                             f"data=(x, y); got {'build' if build is not None else 'data'} only.")
+        _users = _users_model(func, build, data, batch_size, loss)
+    cases, epochs, processes, kernels = _check(func, cases, epochs, processes, kernels, _users)
     families = kernels or ("",)
-    jobs = [Job(f"{family}|{'|'.join(case)}", {"kind": case[0], "bn": case[1], "batching": case[2], "epochs": epochs},
+    extra: dict[str, Any] = {}
+    if _users is not None:
+        extra = {"build_source": _users.source, "data_path": _users_data_file(_users),
+                 "batch_size": _users.batch_size, "loss": _users.loss}
+    jobs = [Job(f"{family}|{'|'.join(case)}",
+                {"kind": case[0], "bn": case[1], "batching": case[2], "epochs": epochs, **extra},
                 family_env(family, "run_cases") if family else {})
             for family in families for case in cases]
     total = len(jobs)
@@ -227,7 +322,7 @@ def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: in
         if outcome.died and not outcome.timed_out:      # the case's process crashed: that is its outcome
             return _classify({"case": [kind, bn, batching], "losses": [], "later_fit": "not tried", "poisoned": [],
                               "poisoned_replicas": [], "nan_copies": 0, "spread": 0.0, "nan_rows": 0,
-                              "error": outcome.error}, family)
+                              "error": outcome.error, "rows": len(_users.x) if _users else 1030}, family)
         raise RuntimeError(f"run_cases: case ({kind}, {bn}, {batching})"
                            f"{' (' + family + ')' if family else ''} did not report: {outcome.error}")
 
@@ -239,7 +334,11 @@ def run_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: in
         if on_result is not None:
             on_result(results[outcome.id], count, total)
 
-    outcomes = run_jobs("bn_case", jobs, processes=processes, timeout=timeout, on_result=done, func="run_cases")
+    try:
+        outcomes = run_jobs("bn_case", jobs, processes=processes, timeout=timeout, on_result=done, func=func)
+    finally:
+        if extra:
+            os.unlink(extra["data_path"])
     return Matrix(tuple(results.get(job_id) or classify(outcome) for job_id, outcome in outcomes.items()))
 
 
@@ -248,12 +347,14 @@ class PendingCases(BackgroundRun):
     ``.progress_bar()`` is a widget that follows the cases as they finish."""
 
     unit = "case"
+    units = "cases"
     bar_label = "cases run"
 
     def __init__(self, cases: list[tuple[str, str, str]], epochs: int, processes: int, timeout: float,
-                 kernels: tuple[str, ...] | None = None):
-        super().__init__(lambda advance: run_cases(cases, epochs=epochs, processes=processes, timeout=timeout,
-                                                   kernels=kernels,
+                 kernels: tuple[str, ...] | None = None, users: _UsersModel | None = None):
+        batchings = [case[2] for case in cases] if users is not None else cases
+        super().__init__(lambda advance: run_cases(batchings, epochs=epochs, processes=processes, timeout=timeout,
+                                                   kernels=kernels, _users=users,
                                                    on_result=lambda result, done, total: advance(done)),
                          len(cases) * len(kernels or ("",)))
 
@@ -262,11 +363,20 @@ class PendingCases(BackgroundRun):
         return super().result(timeout)
 
 
-def start_cases(cases: Iterable[tuple[str, str, str]] | None = None, *, epochs: int = 2, processes: int = 2,
-                timeout: float = 300, kernels: str | Iterable[str] | None = None) -> PendingCases:
-    """Like ``run_cases``, but in the background: returns at once (arguments checked first), so a notebook
-    can go on while the child processes train. Two cases at a time by default: on a 2-core machine the
-    notebook's own cells run slower meanwhile, but the cases are done sooner (``processes=1`` leaves the
-    kernel a core)."""
-    cases, epochs, processes, kernels = _check("start_cases", cases, epochs, processes, kernels)
-    return PendingCases(cases, epochs, processes, timeout, kernels)
+def start_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes: int = 2,
+                timeout: float = 300, kernels: str | Iterable[str] | None = None,
+                build: Callable[[], Any] | None = None, data: tuple[Any, Any] | None = None, batch_size: int = 64,
+                loss: str | None = None) -> PendingCases:
+    """Like ``run_cases`` (your own model too: ``build=``, ``data=``), but in the background: returns at once
+    (arguments checked first), so a notebook can go on while the child processes train. Two cases at a time by
+    default: on a 2-core machine the notebook's own cells run slower meanwhile, but the cases are done sooner
+    (``processes=1`` leaves the kernel a core)."""
+    func = "start_cases"
+    users = None
+    if build is not None or data is not None:
+        if build is None or data is None:
+            raise ValueError(f"{func}: your own model needs both build= (a function returning it) and "
+                             f"data=(x, y); got {'build' if build is not None else 'data'} only.")
+        users = _users_model(func, build, data, batch_size, loss)
+    cases, epochs, processes, kernels = _check(func, cases, epochs, processes, kernels, users)
+    return PendingCases(cases, epochs, processes, timeout, kernels, users)

@@ -72,6 +72,28 @@ _OPTIMIZER_CLASSES = {"adam": ["Adam", {}], "adamw": ["AdamW", {}], "rmsprop": [
                       "sgd-momentum": ["SGD", {"momentum": 0.9}], "sgd": ["SGD", {}]}
 
 
+def _check_remat_model(func: str, build: Any) -> None:
+    """remat=True needs a Sequential model (``rematerialize``): where this process's TensorFlow runtime has
+    started (a notebook after ``setup``), build the model here, without allocating its weights
+    (``keras.StatelessScope``), and refuse any other kind before a process starts. Elsewhere building it would
+    start the runtime (``setup`` could not run after), so the measuring process checks it first thing."""
+    from . import _tf
+
+    if not _tf.devices_initialised():
+        return
+    import keras
+
+    try:
+        with keras.StatelessScope():
+            model = build()
+    except Exception:
+        return                               # the measuring process reports build()'s own error
+    if isinstance(model, keras.Model) and not isinstance(model, keras.Sequential):
+        raise ArgumentTypeError(f"{func}: remat=True rebuilds a keras.Sequential model in recomputed segments; "
+                                f"{build.__name__}() returns {short(model)}. Build it as keras.Sequential, or "
+                                f"measure without remat and wrap consecutive layers in keras.remat by hand.")
+
+
 def _measure_config(func: str, build: Any, *, batch_size: int, optimizer: str, dtype_policy: str, remat: bool,
                     accumulation_steps: int, steps: int) -> tuple[str, dict, dict]:
     """build's source, the child's config and the config shown to the user, every argument checked
@@ -174,6 +196,8 @@ def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtyp
     source, config, shown = _measure_config(
         "measure_memory", build, batch_size=batch_size, optimizer=optimizer, dtype_policy=dtype_policy, remat=remat,
         accumulation_steps=accumulation_steps, steps=steps)
+    if config["remat"]:
+        _check_remat_model("measure_memory", build)
     env = _child_env("measure_memory", kernels)
     return _measure("measure_memory", source, build.__name__, [("one", config, shown)], 1, env)["one"]
 
@@ -201,6 +225,8 @@ def _lever_jobs(func: str, build: Any, levers: Any, batch_size: int,
                   "accumulation_steps": 1, **settings}
         source, child_config, shown = _measure_config(func, build, steps=steps, **config)
         jobs.append((name, child_config, shown))
+    if any(config["remat"] for _, config, _ in jobs):
+        _check_remat_model(func, build)
     return source, jobs
 
 
@@ -225,6 +251,7 @@ class PendingMeasurements(BackgroundRun):
     ``.progress_bar()`` is a widget that follows them as they finish."""
 
     unit = "measurement"
+    units = "measurements"
     bar_label = "measured"
 
     def __init__(self, build: Any, levers: Any, batch_size: int, steps: int, processes: int,
@@ -243,6 +270,7 @@ class PendingFamilies(BackgroundRun):
     (``start_measuring_families``): ``.result()`` waits and returns ``{family: {name: MemoryMeasurement}}``."""
 
     unit = "family"
+    units = "families"
     bar_label = "families"
 
     def __init__(self, build: Any, levers: Any, batch_size: int, steps: int, families: tuple[str, ...]):

@@ -177,9 +177,10 @@ class BackgroundRun:
 
     ``work(advance)`` runs in the thread and returns the result; it calls ``advance(done)`` as each of
     its ``total`` items finishes. ``.progress_bar()`` is a widget that follows them, ``.result()`` waits.
-    Subclasses name the items (``unit``, e.g. "case") and the bar (``bar_label``)."""
+    Subclasses name the items (``unit`` and ``units``, e.g. "case", "cases") and the bar (``bar_label``)."""
 
     unit = "item"
+    units = "items"
     bar_label = "done"
 
     def __init__(self, work: Callable[[Callable[[int], None]], Any], total: int):
@@ -200,16 +201,29 @@ class BackgroundRun:
 
     def _advance(self, done: int) -> None:
         self.done = done
-        for bar in self._bars:
+        for bar, count in self._bars:
             bar.value = done
+            count.value = self.count_text()
+
+    def count_text(self) -> str:
+        """How far the work is, in words: "3 of 6 cases"."""
+        return f"{self.done} of {self.total} {self.unit if self.total == 1 else self.units}"
 
     def progress_bar(self):
-        """An ipywidgets IntProgress showing how many items have finished."""
+        """A bar with a count ("3 of 6 cases") that follows the items as they finish (ipywidgets)."""
         import ipywidgets as widgets
 
-        bar = widgets.IntProgress(value=self.done, min=0, max=self.total, description=self.bar_label)
-        self._bars.append(bar)
-        return bar
+        run = self
+
+        class ProgressRow(widgets.HBox):
+            def __repr__(self) -> str:          # what a notebook shows without widgets, e.g. on GitHub
+                return f"{run.bar_label}: {run.count_text()}"
+
+        bar = widgets.IntProgress(value=self.done, min=0, max=self.total, description=self.bar_label,
+                                  style={"description_width": "initial"})
+        count = widgets.Label(self.count_text())
+        self._bars.append((bar, count))
+        return ProgressRow([bar, count])
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the work (at most ``timeout`` seconds) and return its result."""

@@ -46,9 +46,10 @@ def visibility_explorer(n_gpus: int = 8, value: str = "2,0"):
     text = widgets.Text(value=value, description="value:", placeholder="e.g. 2,0 or GPU-d4bb",
                         continuous_update=True, layout=widgets.Layout(width="420px"))
     unset = widgets.Checkbox(value=False, description="variable unset", indent=False)
-    order = widgets.ToggleButtons(options=[("CUDA_DEVICE_ORDER unset (fastest first)", "FASTEST_FIRST"),
-                                           ("CUDA_DEVICE_ORDER=PCI_BUS_ID", "PCI_BUS_ID")],
-                                  value="FASTEST_FIRST", style={"button_width": "290px"})
+    # Radio buttons, not toggle buttons: their labels are never cut off ("fastest fir...").
+    order = widgets.RadioButtons(options=[("CUDA_DEVICE_ORDER unset (fastest first)", "FASTEST_FIRST"),
+                                          ("CUDA_DEVICE_ORDER=PCI_BUS_ID", "PCI_BUS_ID")],
+                                 value="FASTEST_FIRST", layout=widgets.Layout(width="auto"))
     table = widgets.HTML()
     legend = widgets.HTML(
         "<details><summary>this imaginary server's GPUs (nvidia-smi's numbers and UUIDs)</summary><pre>" +
@@ -334,9 +335,10 @@ class SplitExplorer:
         from .batching import VIAS
 
         require_choice("SplitExplorer", "via", via, VIAS)
-        self.via = widgets.ToggleButtons(options=[("fit / distribute_dataset", "dataset"),
-                                                  ("distribute_datasets_from_function", "function")],
-                                         value=via, description="input path", style={"description_width": "initial"})
+        self.via = widgets.RadioButtons(options=[("fit / distribute_dataset", "dataset"),       # labels in full
+                                                 ("distribute_datasets_from_function", "function")],
+                                        value=via, description="input path", style={"description_width": "initial"},
+                                        layout=widgets.Layout(width="auto"))
         wide = {"description_width": "initial"}              # labels in full, never "global bat..."
         self.n_samples = widgets.BoundedIntText(value=n_samples, min=1, max=10_000_000, description="samples",
                                                 style=wide)

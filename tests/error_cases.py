@@ -45,6 +45,8 @@ case("estimate_memory", "devices", "a strategy and another device count",
 case("measure_memory", "build", "a lambda", "kit.measure_memory(lambda: dense, batch_size=8)")
 case("measure_memory", "accumulation_steps", "a batch not divisible by the steps",
      "kit.measure_memory(job, batch_size=10, accumulation_steps=4)")
+case("measure_memory", "remat", "remat=True on a functional model (refused before a process starts)",
+     "kit.measure_memory(functional, batch_size=8, remat=True)")
 case("measure.measure_levers", "levers", "a list instead of a dict of settings",
      "kit.measure.measure_levers(job, [{}], batch_size=8)")
 case("measure.measure_levers", "levers", "a setting measure_memory does not take",
@@ -73,6 +75,17 @@ case("explain", "error", "a number", "kit.explain(42)")
 case("device_activity", "devices", "one device name instead of a list", "kit.device_activity('/device:CPU:0')")
 case("expect_error", "", "no exception type", "kit.expect_error().__enter__()")
 case("batchnorm.run_cases", "", "an unknown model kind", "kit.batchnorm.run_cases([('mlp', 'scale=True', 'drop_remainder')])")
+case("batchnorm.run_cases", "data", "your model's build without its data",
+     "kit.batchnorm.run_cases(build=functional)")
+case("batchnorm.run_cases", "data", "data as a list, not a tuple (x, y)",
+     "kit.batchnorm.run_cases(build=functional, data=[np.zeros((99, 4)), np.zeros(99)])")
+case("batchnorm.run_cases", "data", "x and y of different lengths",
+     "kit.batchnorm.run_cases(build=functional, data=(np.zeros((99, 4)), np.zeros(98)))")
+case("batchnorm.start_cases", "data", "too few samples for a last step with an empty replica",
+     "kit.batchnorm.start_cases(build=functional, data=(np.zeros((40, 4)), np.zeros(40)), batch_size=64)")
+case("batchnorm.run_cases", "cases", "a kit case for your own model",
+     "kit.batchnorm.run_cases([('dense', 'no BN', 'drop_remainder')], build=functional, "
+     "data=(np.zeros((99, 4)), np.zeros(99)))")
 # --------------------------------------------------------------------------- models
 case("setup", "devices", "a second setup with another device count", "kit.setup(devices=8)")
 case("replica_report", "model", "a string as the model", "kit.replica_report('model', strategy)")
@@ -94,6 +107,14 @@ case("load_verified", "", "a file that does not exist", "kit.load_verified(dense
 case("load_verified", "", "a .keras file that is not a zip", "kit.load_verified(dense, corrupt_keras)")
 case("load_verified", "", "a .weights.h5 file that is not HDF5", "kit.load_verified(dense, corrupt_h5)")
 case("load_verified", "", "weights of a wider model", "kit.load_verified(narrow, wide_file)")
+
+
+def functional():
+    """A functional model: rematerialize (remat=True) takes Sequential models only."""
+    import keras
+
+    inputs = keras.Input((4,))
+    return keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Dense(8)(inputs)))
 
 
 def run() -> list[dict[str, str]]:
@@ -124,7 +145,7 @@ def run() -> list[dict[str, str]]:
 
     scope = dict(kit=kit, keras=keras, np=np, os=os, tmp=tmp, strategy=strategy, mirrored=mirrored, dense=dense,
                  poisoned=poisoned, unbuilt=unbuilt, narrow=narrow, wide_file=wide_file,
-                 corrupt_keras=corrupt_keras, corrupt_h5=corrupt_h5, job=job)
+                 corrupt_keras=corrupt_keras, corrupt_h5=corrupt_h5, job=job, functional=functional)
     results = []
     for function, argument, given, code in CASES:
         with warnings.catch_warnings(record=True) as caught:

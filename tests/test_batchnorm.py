@@ -146,12 +146,14 @@ def test_start_cases_checks_at_once_and_runs_in_the_background():
     with pytest.raises(ValueError, match="start_cases: bn must be one of"):
         batchnorm.start_cases([("dense", "batchnorm", "drop_remainder")])
     pending = batchnorm.start_cases([("dense", "no BN", "drop_remainder")], processes=1)
-    bar = pending.progress_bar()
-    assert bar.max == 1
+    row = pending.progress_bar()
+    bar, count = row.children
+    assert bar.max == 1 and count.value == "0 of 1 case" and repr(row) == "cases run: 0 of 1 case"
     with pytest.raises(TimeoutError, match="still running"):
         pending.result(timeout=0.01)
     matrix = pending.result(timeout=300)
     assert [r.outcome for r in matrix.results] == ["healthy"] and bar.value == 1 and pending.done == 1
+    assert count.value == "1 of 1 case" and repr(row) == "cases run: 1 of 1 case"     # the text without widgets
 
 
 def test_forked_cases_report_what_a_fresh_interpreter_reports(monkeypatch):
@@ -169,3 +171,60 @@ def test_forked_cases_report_what_a_fresh_interpreter_reports(monkeypatch):
         assert (a.outcome, a.nan_copies, a.nan_rows, a.later_fit[:40]) == (b.outcome, b.nan_copies, b.nan_rows,
                                                                          b.later_fit[:40]), (a, b)
     assert [r.outcome for r in forked.results] == ["silent NaN", "crash", "healthy"]
+
+
+def users_dense():
+    """A learner's own model: an extra hidden layer, BN without scale, one regression output (no kit model)."""
+    import keras
+
+    return keras.Sequential([keras.Input((10,)), keras.layers.Dense(24, activation="relu"), keras.layers.Dense(16),
+                             keras.layers.BatchNormalization(scale=False), keras.layers.ReLU(),
+                             keras.layers.Dense(1)])
+
+
+def users_compiled_conv():
+    """A learner's conv model that compiles itself inside build() (so inside the strategy's scope)."""
+    import keras
+
+    model = keras.Sequential([keras.Input((6, 6, 2)), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
+                              keras.layers.ReLU(), keras.layers.Flatten(), keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_run_cases_takes_your_own_model_and_data_under_both_families():
+    """The trap is the model's, not the kit's: a learner's Dense model with BN(scale=False) on their own data goes
+    silently NaN on the replica the last step leaves empty, under both CPU kernel families, and stays finite with
+    drop_remainder; the data is cut to whole batches plus 3 samples (the last step [1, 1, 1, 0])."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(500, 10)).astype("float32")
+    y = x.sum(axis=1, keepdims=True)
+    m = batchnorm.run_cases(build=users_dense, data=(x, y), loss="mse", batch_size=32, kernels=("onednn", "eigen"))
+    assert m.cases == (("users_dense", "as built", "last step empty"), ("users_dense", "as built", "drop_remainder"))
+    for family in ("onednn", "eigen"):
+        empty = m.outcome("users_dense", "as built", "last step empty", family)
+        assert empty.outcome == "silent NaN" and empty.rows == 15 * 32 + 3, empty
+        assert "moving_mean" in empty.detail and "replica 3" in empty.detail
+        assert m.outcome("users_dense", "as built", "drop_remainder", family).outcome == "healthy"
+    assert "users_dense as built" in repr(m)
+
+
+def test_start_cases_runs_a_model_that_compiles_itself():
+    import numpy as np
+
+    rng = np.random.default_rng(4)
+    y = rng.integers(0, 3, 200)
+    x = (rng.normal(size=(200, 6, 6, 2)) + y[:, None, None, None]).astype("float32")
+    pending = batchnorm.start_cases(["drop_remainder"], build=users_compiled_conv, data=(x, y), batch_size=16)
+    result = pending.result(timeout=120).outcome("users_compiled_conv", "as built", "drop_remainder")
+    assert result.outcome == "healthy" and result.rows == 12 * 16 + 3 and len(result.losses) == 2
+
+
+def test_an_uncompiled_model_without_a_loss_is_named():
+    import numpy as np
+
+    x, y = np.zeros((40, 10), "float32"), np.zeros((40, 1), "float32")
+    with pytest.raises(RuntimeError, match="uncompiled model and no loss was given.*loss="):
+        batchnorm.run_cases(["drop_remainder"], build=users_dense, data=(x, y), batch_size=8)

@@ -327,6 +327,23 @@ def test_notebook_05_split_explorer_renders(browser, lab):
         page.screenshot(path=str(ARTIFACTS / "05-split-explorer.png"))
 
 
+def test_chinese_titles_render_with_a_cjk_font(browser, lab):
+    """Notebook 04 quotes its source's title in Chinese: with no CJK font installed, Chromium draws boxes.
+    `.ci/run` installs one (fonts-noto-cjk); the screenshot shows the title as a learner sees it."""
+    fonts = subprocess.run(["fc-list", ":lang=zh", "family"], capture_output=True, text=True).stdout.strip()
+    if not fonts:
+        message = "no CJK font installed (Debian: apt-get install fonts-noto-cjk): Chinese titles render as boxes"
+        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
+            pytest.fail(message + "; .ci/run installs one.")
+        pytest.skip(message)
+    base, token, _ = lab
+    with _notebook_page(browser, lab, "04-chinese-title") as page:
+        page.goto(f"{base}/lab/tree/04_saving_loading.ipynb?reset&token={token}")
+        title = _panel(page).locator(".jp-RenderedMarkdown", has_text="Keras同时用多张显卡训练网络").first
+        title.wait_for(state="visible", timeout=60_000)
+        title.screenshot(path=str(ARTIFACTS / "04-chinese-title.png"))
+
+
 ALL_NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 

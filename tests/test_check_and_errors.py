@@ -28,6 +28,15 @@ def test_simulated_speedup_and_more_devices():
     assert not check.nb00_more_devices("a") and "Not yet" in repr(check.nb00_more_devices("a"))
 
 
+def test_server_checks_read_the_forms_learners_write():
+    """'split_gpu' and 'Split GPU' mean 'split-gpu'; a GPU's number alone is read as its name."""
+    for answer in ("split-gpu", "split_gpu", "Split GPU", " 'split-GPU' "):
+        assert check.nb00_server_mode(answer), answer
+    assert not check.nb00_server_mode("gpu") and "Answer 'gpu'" in repr(check.nb00_server_mode("splitgpu"))
+    assert check.nb00_last_gpu_name(3) and check.nb00_last_gpu_name("/device:GPU:3")
+    assert not check.nb00_last_gpu_name(0) and not check.nb00_last_gpu_name(True)
+
+
 def test_expect_error_prints_and_returns(capsys):
     with expect_error(ValueError, match="bad") as caught:
         raise ValueError("bad input")

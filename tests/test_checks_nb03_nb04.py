@@ -34,7 +34,8 @@ def test_nb03_microbatches_agrees_with_the_bubble_formula():
     assert "Not answered yet" in repr(check.nb03_microbatches(...))
 
 
-@pytest.mark.parametrize("answer", [8.59, "8.59", np.float64(8.591), 8.6, "8.6", Fraction(859, 100)])
+@pytest.mark.parametrize("answer", [8.59, "8.59", np.float64(8.591), 8.6, "8.6", Fraction(859, 100), "8.59 GB",
+                                    "8 GiB", "8.59e9 bytes", "8590MB"])
 def test_nb03_split_state_gb_right_in_any_form(answer):
     assert check.nb03_split_state_gb(answer)
 
@@ -50,6 +51,12 @@ def test_nb03_split_state_gb_wrong_form_and_unanswered(answer):
     result = check.nb03_split_state_gb(answer)
     assert not result and "Not a form this check reads" in repr(result) and "gigabytes" in repr(result)
     assert "Not answered yet" in repr(check.nb03_split_state_gb(...))
+
+
+def test_nb03_split_state_gb_names_a_unit_slip():
+    for slip, unit in ((8.59e9, "bytes"), (8.0, "GiB")):
+        result = check.nb03_split_state_gb(slip)
+        assert not result and f"right amount in {unit}" in repr(result) and "asks for GB" in repr(result)
 
 
 def test_nb03_split_state_gb_is_a_third_of_the_whole_state():

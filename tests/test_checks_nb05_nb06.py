@@ -25,6 +25,9 @@ def test_nb05_empty_replicas_answers_match_the_planner():
     wrong = check.nb05_empty_replicas_b([7])
     assert not wrong and _says(wrong, "Not yet") and "[]" not in repr(wrong)
     assert _says(check.nb05_empty_replicas_a(6.5), "Give a list")
+    # "0" where no replica is empty means none; a count elsewhere is a form to correct, not a wrong list
+    assert check.nb05_empty_replicas_b(0) and check.nb05_empty_replicas_b("0") and check.nb05_empty_replicas_b(None)
+    assert _says(check.nb05_empty_replicas_a(2), "not how many") and _says(check.nb05_empty_replicas_a(0), "not how many")
 
 
 @pytest.mark.parametrize("answer", [56, 56.0, np.int64(56), np.float32(56), "56", " 56 "])
@@ -81,4 +84,4 @@ def test_nb06_scaled_lr_and_efficiency_forms():
     assert check.nb06_scaled_lr("0.8") and check.nb06_scaled_lr(np.float32(0.8))
     assert check.nb06_scaled_lr("4/5") and not check.nb06_scaled_lr(0.05)
     assert _says(check.nb06_scaled_lr("fast"), "Give a number")
-    assert check.nb06_efficiency("94%") and not check.nb06_efficiency(0.5)
+    assert check.nb06_efficiency("96%") and not check.nb06_efficiency("94%") and not check.nb06_efficiency(0.5)

@@ -81,4 +81,8 @@ def test_older_checks_read_equivalent_forms_and_hint():
     assert "400" not in repr(check.nb07_resume_step(437))
     config = mw.tf_config(check.NB07_HOSTS, 2)
     assert check.nb07_tf_config(config) and check.nb07_tf_config(json.loads(config))
+    as_tuple = {"cluster": {"worker": tuple(check.NB07_HOSTS)}, "task": {"type": "worker", "index": 2}}
+    assert check.nb07_tf_config(as_tuple)                                    # a tuple of hosts is the same list
+    assert not check.nb07_tf_config(dict(as_tuple, cluster={"worker": check.NB07_HOSTS[::-1]}))
+    assert not check.nb07_tf_config(dict(as_tuple, cluster={"worker": ",".join(check.NB07_HOSTS)}))
     assert "JSON string or a dict" in repr(check.nb07_tf_config(42))

@@ -178,9 +178,9 @@ def test_start_measuring_runs_in_the_background_and_checks_first():
     begun = time.perf_counter()
     pending = start_measuring(small_conv, {"Adam": {}, "SGD": {"optimizer": "sgd"}}, batch_size=32)
     assert time.perf_counter() - begun < 1.0                          # returns at once
-    bar = pending.progress_bar()
+    bar, count = pending.progress_bar().children
     result = pending.result(timeout=240)
-    assert bar.value == bar.max == 2 and pending.done == 2
+    assert bar.value == bar.max == 2 and pending.done == 2 and count.value == "2 of 2 measurements"
     assert result["SGD"].state_bytes < result["Adam"].state_bytes     # Adam's two slots per parameter
 
 
@@ -192,9 +192,10 @@ def test_start_measuring_families_measures_each_family_one_after_another():
     with pytest.raises(ValueError, match="kernels"):
         start_measuring_families(small_conv, {"Adam": {}}, batch_size=32, families=("eigen", "avx2"))
     pending = start_measuring_families(small_conv, {"Adam": {}, "SGD": {"optimizer": "sgd"}}, batch_size=32)
-    bar = pending.progress_bar()
+    row = pending.progress_bar()
     result = pending.result(timeout=240)
-    assert list(result) == ["onednn", "eigen"] and bar.value == bar.max == 2
+    bar = row.children[0]
+    assert list(result) == ["onednn", "eigen"] and bar.value == bar.max == 2 and repr(row) == "families: 2 of 2 families"
     for family, measured in result.items():
         assert [m.kernels for m in measured.values()] == [family, family]
         assert measured["SGD"].state_bytes < measured["Adam"].state_bytes

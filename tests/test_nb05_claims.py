@@ -181,3 +181,34 @@ def test_tf_keras_keeps_every_replicas_statistics_finite_through_the_empty_step(
                           int(np.isnan(m.predict(x, verbose=0)).any(axis=1).sum())]))
     """, env={"TF_USE_LEGACY_KERAS": "1", "TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
     assert last_json(proc) == ["tf_keras", 8, True, 0]
+
+
+@pytest.mark.parametrize("family", ["onednn", "eigen"])
+def test_one_step_with_an_empty_replica_nans_only_keras3s_copy(family):
+    """Notebook 05 section 4's cell: one BatchNormalization of each Keras under MirroredStrategy, one training
+    step (traced) where replica 3 gets no samples: Keras 3's copy on replica 3 becomes NaN, tf-keras's stay
+    finite (its update skips a replica without samples); both with 2 and with 5 samples on the others."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=4)
+        import keras, numpy as np, tensorflow as tf, tf_keras
+        strategy = tf.distribute.MirroredStrategy(kit.device_names(4))
+        out = {}
+        for samples in (2, 5):
+            with strategy.scope():
+                k3 = keras.layers.BatchNormalization(); k3.build((None, 4))
+                k2 = tf_keras.layers.BatchNormalization(); k2.build((None, 4))
+            def batch(ctx):
+                n = 0 if ctx.replica_id_in_sync_group == 3 else samples
+                return tf.random.stateless_normal((n, 4), seed=(1, ctx.replica_id_in_sync_group))
+            x = strategy.experimental_distribute_values_from_function(batch)
+            for name, layer, moving_mean in (("keras3", k3, k3.moving_mean.value), ("tf_keras", k2, k2.moving_mean)):
+                tf.function(lambda x: strategy.run(lambda b: layer(b, training=True), args=(x,)))(x)
+                copies = strategy.experimental_local_results(moving_mean)
+                out[f"{name}/{samples}"] = [bool(np.isnan(c.numpy()).any()) for c in copies]
+        print(json.dumps(out))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
+    out = last_json(proc)
+    for samples in (2, 5):
+        assert out[f"keras3/{samples}"] == [False, False, False, True]
+        assert out[f"tf_keras/{samples}"] == [False, False, False, False]

@@ -124,6 +124,22 @@ def test_widget_updates_headless_and_fast():
         visibility_explorer(n_gpus=0)
 
 
+def test_explorer_uuid_prefixes_follow_the_board_not_the_number():
+    """Notebook 01 cells 25-26: the prefixes of nvidia-smi's GPU 5 and 2 are CUDA's GPU 1 and 6 while
+    CUDA_DEVICE_ORDER is unset (fastest first) on the mixed server, and CUDA's 5 and 2 with PCI_BUS_ID; the
+    order toggle is a radio button (labels never cut off)."""
+    import ipywidgets as widgets
+
+    value = UUIDS[5][:8] + "," + UUIDS[2][:8]
+    assert value == "GPU-2e1e,GPU-c242"
+    assert "/GPU:0 -> physical GPU 5" in repr(parse_cuda_visible_devices(value, UUIDS))
+    box = visibility_explorer(n_gpus=8, value=value)
+    assert isinstance(box.order, widgets.RadioButtons)
+    assert "prefix of GPU 1&#x27;s UUID" in box.table.value and "prefix of GPU 6&#x27;s UUID" in box.table.value
+    box.order.value = "PCI_BUS_ID"
+    assert "prefix of GPU 5&#x27;s UUID" in box.table.value and "prefix of GPU 2&#x27;s UUID" in box.table.value
+
+
 def test_cuda_device_order_decides_which_board_an_ordinal_is():
     """[order] The ordinals are CUDA's numbers: nvidia-smi's only with PCI_BUS_ID."""
     assert cuda_numbering(4, "PCI_BUS_ID") == (0, 1, 2, 3)

@@ -20,7 +20,7 @@ REASONS: dict[tuple[str, str], str] = {
         "process, so each starts TensorFlow's runtime anew",
     ("02", "model.fit(x_train, y_train, batch_size=global_batch"): "2 epochs on 4 replicas, then the copies "
         "compared: tracing the step for 4 replicas is most of it",
-    ("02", "from gputrain_kit.parallel import reduction_in_use"): "4 strategies, each a new model traced and "
+    ("02", "import logging"): "4 strategies, each a new model traced and "
         "trained one epoch on 256 samples: the claim is that each reduction trains (or fails) here",
     ("02", "child = kit.processes.run_child("): "a new process (TensorFlow imported there) with two strategies "
         "of different sizes: the collision aborts every collective in a process, so not in this kernel",
@@ -41,7 +41,7 @@ REASONS: dict[tuple[str, str], str] = {
     ("04", "x_check, y_check = x_val[:256], y_val[:256]"): "3 epochs on 4 replicas with validation, ModelCheckpoint "
         "saving each better epoch, the best reloaded and evaluated: the stock callback's claim needs a few "
         "epochs to choose from",
-    ("04", "deep = keras.Sequential("): "a 600-layer model saved to .h5: the configuration must exceed "
+    ("04", "def string_kind(attrs, key):"): "a 600-layer model saved to .h5: the configuration must exceed "
         "HDF5's 64 KB attribute limit for the claim",
     ("05", "model, history = train(None"): "the trap itself: one epoch on 4 replicas, first trace of the step; "
         "from here to section 5 the BatchNorm cases train beside the kernel (2 at a time) and slow its cells",

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-N, BATCH, CLASSES, DEVICES = 1030, 64, 4, 4
+from gputrain_kit.batchnorm import DEVICES
+
+N, BATCH, CLASSES = 1030, 64, 4
 _data: dict[str, Any] = {}
 _strategy: Any = None
 
 
 def prepare() -> None:
-    """TensorFlow imported, never started; the data made once, shared by every forked case."""
+    """TensorFlow imported, never started; the kit's data made once, shared by every forked case."""
     import numpy as np
     import tensorflow  # noqa: F401  (imported here, once, before the forks)
 
@@ -42,8 +44,30 @@ def _start_runtime() -> Any:
     return _strategy
 
 
-def run(kind: str, bn: str, batching: str, epochs: int) -> dict[str, Any]:
-    """Train the case and describe what happened (``batchnorm._classify`` turns it into an outcome)."""
+def _users_model(build_source: str, build_name: str, loss: str) -> Any:
+    """The learner's model: build() from its source, compiled with Adam and ``loss`` unless it compiled itself."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    namespace = {"keras": keras, "tf": tf, "np": np, "__name__": "__gputrain_build__"}
+    exec(compile(build_source, "<build>", "exec"), namespace)   # the user's build(), by its source
+    model = namespace[build_name]()
+    if not isinstance(model, keras.Model):
+        raise TypeError("run_cases: build() must return a Keras model, got " + type(model).__name__)
+    if not model.compiled:
+        if not loss:
+            raise ValueError(f"run_cases: {build_name}() returned an uncompiled model and no loss was given: "
+                             "compile it inside build(), or pass loss=..., e.g. loss='mse'.")
+        model.compile(optimizer="adam", loss=loss)
+    return model
+
+
+def run(kind: str, bn: str, batching: str, epochs: int, build_source: str = "", data_path: str = "",
+        batch_size: int = BATCH, loss: str = "") -> dict[str, Any]:
+    """Train the case and describe what happened (``batchnorm._classify`` turns it into an outcome). With
+    ``build_source`` the model is the learner's (``kind`` names its build function) on the data saved at
+    ``data_path``."""
     import keras
     import numpy as np
     import tensorflow as tf
@@ -56,12 +80,21 @@ def run(kind: str, bn: str, batching: str, epochs: int) -> dict[str, Any]:
         prepare()
     strategy = _start_runtime()
     keras.utils.set_random_seed(0)
-    x, y = _data[kind], _data["y"]
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH, drop_remainder=(batching == "drop_remainder"))
+    if build_source:
+        with np.load(data_path) as saved:
+            x, y = saved["x"], saved["y"]
+    else:
+        x, y = _data[kind], _data["y"]
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size,
+                                                          drop_remainder=(batching == "drop_remainder"))
     with strategy.scope():
-        model = bn_model(kind, bn, classes=CLASSES)
-        model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    out: dict[str, Any] = {"case": [kind, bn, batching], "losses": [], "error": None, "later_fit": ""}
+        if build_source:
+            model = _users_model(build_source, kind, loss)
+        else:
+            model = bn_model(kind, bn, classes=CLASSES)
+            model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    out: dict[str, Any] = {"case": [kind, bn, batching], "losses": [], "error": None, "later_fit": "",
+                           "rows": len(x)}
     try:
         history = model.fit(ds, epochs=epochs, verbose=0, callbacks=[keras.callbacks.TerminateOnNaN()])
         out["losses"] = [float(v) for v in history.history["loss"]]
@@ -74,7 +107,8 @@ def run(kind: str, bn: str, batching: str, epochs: int) -> dict[str, Any]:
     out["spread"] = report.spread
     out["nan_rows"] = 0   # every copy finite: predictions are finite too
     if report.poisoned:
-        out["nan_rows"] = int(np.isnan(model.predict(x, batch_size=BATCH, verbose=0)).any(axis=1).sum())
+        predicted = np.asarray(model.predict(x, batch_size=batch_size, verbose=0))
+        out["nan_rows"] = int(np.isnan(predicted.reshape(len(x), -1)).any(axis=1).sum())
     if out["error"]:
         try:   # one full step with the same, already traced train function
             model.fit(ds.take(1), epochs=1, verbose=0)

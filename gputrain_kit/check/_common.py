@@ -62,6 +62,39 @@ def as_number(answer: Any) -> float | None:
     return None
 
 
+_UNITS = {"b": 1, "byte": 1, "bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+
+
+def as_amount(answer: Any, unit: str) -> float | None:
+    """An amount of memory in ``unit`` ("MB" or "GB", decimal): a bare number is taken to be in ``unit``; a
+    string may name its own unit ('8.6 GB', '8 GiB', '8.6e9 bytes', '60MB'), converted. None otherwise."""
+    import re
+
+    scale = _UNITS[unit.lower()]
+    if isinstance(answer, str):
+        match = re.fullmatch(r"\s*([-+0-9._eE/]+)\s*([A-Za-z]+)\s*", answer.strip("'\""))
+        if match and match.group(2).lower() in _UNITS:
+            value = as_number(match.group(1))
+            return None if value is None else value * _UNITS[match.group(2).lower()] / scale
+    return as_number(answer)
+
+
+def unit_slip(value: float, right: float, unit: str, tolerance: float) -> str | None:
+    """The message for a bare number that is the right amount in bytes (or, where the tolerance tells them
+    apart, in GiB/MiB) instead of ``unit``; None when it is not such a slip."""
+    scale = _UNITS[unit.lower()]
+    slips = [("bytes", scale)]
+    binary = unit[0].lower() + "ib"
+    if tolerance < 0.03:                         # GiB and GB differ by 7%, MiB and MB by 5%
+        slips.append((unit[0] + "iB", scale / _UNITS[binary]))
+    for name, factor in slips:
+        if abs(value - right * factor) <= tolerance * right * factor:
+            return (f"{value:g} is the right amount in {name}, but the question asks for {unit} (1 {unit} = "
+                    f"{scale:.0e} bytes); say the unit when you use another: '{value:g} {name}'.").replace("e+0", "e")
+    return None
+
+
 def as_int(answer: Any) -> int | None:
     """A whole number from any form ``as_number`` reads (7, 7.0, np.int64(7), '7'); None otherwise."""
     value = as_number(answer)
@@ -94,12 +127,17 @@ def as_int_list(answer: Any, *, none_is_empty: bool = False) -> list[int] | None
 
 
 def as_choice(answer: Any, choices: Iterable[str]) -> str | None:
-    """One of ``choices`` from a string, ignoring case, spaces and quotes ('B', ' b ', "'b'"); None otherwise."""
+    """One of ``choices`` from a string, ignoring case, quotes and how words are joined ('B', ' b ', "'b'",
+    'split_gpu' for 'split-gpu'); None otherwise."""
     if not isinstance(answer, str):
         return None
-    text = answer.strip().strip("'\"").strip().lower()
+    import re
+
+    def plain(text: str) -> str:                 # 'split_gpu', 'Split GPU' and 'split-gpu' read alike
+        return re.sub(r"[\s_-]+", "-", text.strip().strip("'\"").strip().lower())
+
     for choice in choices:
-        if text == choice.lower():
+        if plain(answer) == plain(choice):
             return choice
     return None
 

@@ -64,6 +64,8 @@ def nb00_last_gpu_name(answer: Any) -> Verdict:
     """A server with 8 GPUs runs setup(devices=4): the name of the last device it creates."""
     from ..devices import mode_for
 
+    if as_int(answer) is not None and not isinstance(answer, str):
+        answer = f"GPU:{as_int(answer)}"                # the number alone: read as that GPU's name
     if not isinstance(answer, str):
         return verdict(answer, False, "", "", form="Give the device name as a string, e.g. '/device:CPU:0'.")
     mode, per_device = mode_for(8, 4)

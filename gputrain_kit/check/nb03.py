@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_choice, as_int, as_number, verdict
+from ._common import Verdict, as_amount, as_choice, as_int, as_number, unit_slip, verdict
 
 
 def nb03_less_memory(answer: Any) -> Verdict:
@@ -50,14 +50,18 @@ def nb03_microbatches(answer: Any) -> Verdict:
 
 def nb03_split_state_gb(answer: Any) -> Verdict:
     """Dense stack 24 x 8192, Adam, 3-way split: model state (parameters, gradients, slots) per device, in GB."""
-    value = as_number(answer)
+    value = as_amount(answer, "GB")
     if value is None:
-        return verdict(answer, False, "", "", form="Give a number of gigabytes (1 GB = 1e9 bytes), such as 3.2.")
+        return verdict(answer, False, "", "", form="Give a number of gigabytes (1 GB = 1e9 bytes), such as 3.2, "
+                       "or a string with its unit, such as '3.2 GB' or '3.0 GiB'.")
     from ..memory import estimate_memory, preset_profile
 
     fullest = max(estimate_memory(preset_profile("dense_stack"), batch_size=32, strategy="split",
                                   devices=3).per_device, key=lambda d: d["total"])
     right = (fullest["parameters"] + fullest["gradients"] + fullest["optimizer"]) / 1e9
+    slip = unit_slip(value, right, "GB", 0.02)
+    if slip:
+        return verdict(answer, False, "", "", form=slip)
     return verdict(answer, abs(value - right) <= 0.02 * right,
                    f"about {right:.2f} GB: each device holds the parameters, gradients and Adam slots of its own "
                    "8 layers only, a third of the 25.8 GB.",

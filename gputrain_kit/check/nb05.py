@@ -14,22 +14,32 @@ def _empty_replicas(n: int, batch: int, replicas: int) -> list[int]:
     return [i for i, size in enumerate(plan_batches(n, batch, replicas)[-1]) if size == 0]
 
 
+def _empty_list(answer: Any, right: list[int], why: str, hint: str) -> Verdict:
+    """A list of replicas; a bare count is read only as "none" (0 where no replica is empty)."""
+    count = as_int(answer) if not isinstance(answer, (list, tuple, range)) else None
+    if count is not None and not isinstance(answer, str) or isinstance(answer, str) and answer.strip() == "0":
+        if count == 0 and not right:
+            return verdict(answer, True, why, hint)
+        return verdict(answer, False, "", "", form="Give which replicas get nothing, as a list (0-based), not how "
+                       "many: e.g. [2, 3], or [] for none.")
+    values = as_int_list(answer, none_is_empty=True)
+    return verdict(answer, values is not None and sorted(values) == right, why, hint,
+                   form=None if values is not None else _LIST)
+
+
 def nb05_empty_replicas_a(answer: Any) -> Verdict:
     """1030 samples, global batch 64, 8 replicas: which replicas get nothing in the last step? (a list)"""
     right = _empty_replicas(1030, 64, 8)
-    values = as_int_list(answer, none_is_empty=True)
-    return verdict(answer, values is not None and sorted(values) == right,
-                   f"{right}: the last 6 samples go 1 per replica to replicas 0-5.",
-                   "How many samples does the last step hold?", form=None if values is not None else _LIST)
+    return _empty_list(answer, right, f"{right}: the last 6 samples go 1 per replica to replicas 0-5.",
+                       "How many samples does the last step hold?")
 
 
 def nb05_empty_replicas_b(answer: Any) -> Verdict:
     """1000 samples, global batch 96, 8 replicas: which replicas get nothing in the last step? (a list)"""
     right = _empty_replicas(1000, 96, 8)
-    values = as_int_list(answer, none_is_empty=True)
-    return verdict(answer, values is not None and sorted(values) == right,
-                   f"{right or 'none'}: the last 40 samples split 5 per replica, so every replica gets data.",
-                   "1000 - 10 x 96 samples, ceil(n / 8) each, in order.", form=None if values is not None else _LIST)
+    return _empty_list(answer, right,
+                       f"{right or 'none'}: the last 40 samples split 5 per replica, so every replica gets data.",
+                       "1000 - 10 x 96 samples, ceil(n / 8) each, in order.")
 
 
 def nb05_identical_copies(answer: Any) -> Verdict:

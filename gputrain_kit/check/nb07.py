@@ -20,7 +20,8 @@ def nb07_tf_config(answer: Any) -> Verdict:
             config = None
     readable = isinstance(config, dict)
     try:
-        ok = (config["cluster"] == {"worker": NB07_HOSTS} and config["task"]["type"] == "worker"
+        ok = (set(config["cluster"]) == {"worker"} and not isinstance(config["cluster"]["worker"], str)
+              and list(config["cluster"]["worker"]) == NB07_HOSTS and config["task"]["type"] == "worker"
               and as_int(config["task"]["index"]) == 2)
     except (TypeError, KeyError):
         ok = False

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_int, as_number, verdict
+from ._common import Verdict, as_amount, as_int, unit_slip, verdict
 
 FULL_MODEL = "Dense stack 8 x 8192 + head (notebook 08)"
 FULL_BATCH = 32768
@@ -21,19 +21,24 @@ def twin():
 def nb08_measured_peak(answer: Any, *, tolerance: float = 0.25) -> Verdict:
     """The twin (batch 2048, Adam) with mixed_bfloat16 and 4 accumulation steps: predict its measured peak
     in MB. Measured (in a fresh process, a few seconds) only once you have answered; within 25% counts."""
-    value = as_number(answer)
+    value = as_amount(answer, "MB")
     if answer is Ellipsis or value is None:
-        return verdict(answer, False, "", "", form="Give a number of megabytes, e.g. 60.")
+        return verdict(answer, False, "", "", form="Give a number of megabytes (1 MB = 1e6 bytes), e.g. 60, or a "
+                       "string with its unit, e.g. '60 MB'.")
     from ..measure import measure_memory
 
     measured = measure_memory(twin, batch_size=2048, dtype_policy="mixed_bfloat16", accumulation_steps=4)
     mb = measured.peak_bytes / 1e6
+    slip = unit_slip(value, mb, "MB", tolerance)
+    if slip:
+        return verdict(answer, False, "", "", form=slip)
+    side = "above" if value > mb else "below"       # which way, never the measured value: try again first
     return verdict(answer, abs(value - mb) <= tolerance * mb,
                    f"measured {mb:.0f} MB: state (parameters, Adam's slots, accumulators) plus one step of 512 "
                    f"samples' gradients and 16-bit activations.",
-                   f"Measured {mb:.0f} MB. Start from the Adam row's state, add the accumulators (one per "
-                   "parameter), then the gradients and the activations of one step: a quarter of the batch, "
-                   "2 bytes a value.")
+                   f"Your {value:g} MB is more than {tolerance:.0%} {side} the measurement. Start from the Adam "
+                   "row's state, add the accumulators (one per parameter), then the gradients and the activations "
+                   "of one step: a quarter of the batch, 2 bytes a value.")
 
 
 def nb08_accumulation_to_fit(answer: Any) -> Verdict:
