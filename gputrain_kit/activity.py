@@ -227,13 +227,14 @@ class DeviceActivity:
             labels.append("input (host)")
         return labels, bars
 
-    def plot(self, title: str | None = None, ax: Any = None, whole: bool = False):
+    def plot(self, title: str | None = None, ax: Any = None, whole: bool = False, what: str = "the training steps"):
         """A matplotlib Figure: one row per device (and one for the input pipeline), ops as bars. It
-        shows the training steps; ``whole=True`` shows the set-up before them too."""
+        shows the steps (``what`` names them on the axis, e.g. "one forward pass"); ``whole=True`` shows the
+        set-up before them too."""
         self._ready("plot()")
         from .plots import activity_figure
 
-        return activity_figure(self, title=title, ax=ax, whole=whole)
+        return activity_figure(self, title=title, ax=ax, whole=whole, what=what)
 
     def __repr__(self) -> str:
         if not self._done:

@@ -54,8 +54,9 @@ _ENTRIES = (
     _Entry(Explanation(
         "empty-replica-conv",
         "A replica got an empty batch (0 samples) and its convolution or BatchNorm gradient could not run on it.",
-        "The last global batch was smaller than the number of replicas, so MirroredStrategy gave some replica "
-        "nothing; Conv2D and BatchNormalization then meet tensors of shape [0, ...]. Whether that crashes "
+        "The last global batch did not give every replica a sample: MirroredStrategy hands each replica "
+        "ceil(samples / replicas) in order, so 6 samples on 4 replicas are split [2, 2, 2, 0]; Conv2D and "
+        "BatchNormalization then meet tensors of shape [0, ...]. Whether that crashes "
         "depends on the kernels: TensorFlow's oneDNN CPU kernels crash, its portable Eigen kernels and an H100 "
         "train on (into NaN with BatchNorm's default scale=True), and a Dense model never crashes: it writes NaN "
         "into BatchNorm's moving statistics.",
@@ -151,6 +152,19 @@ _ENTRIES = (
         "batches (`drop_remainder=True`), or save anyway for a post-mortem with `allow_nonfinite=True`.",
         "notebook 05, sections 1 and 5"),
         (r"save_verified: refusing to save",)),
+    _Entry(Explanation(
+        "remat-scope-traced",
+        "keras.RematScope wrapped a whole layer's call in TensorFlow's custom_gradient, which refuses keyword "
+        "arguments inside a traced function, and fit traces its step.",
+        "The modes that wrap a whole layer ('full', and 'larger_than' or 'list_of_layers' on the layers they "
+        "select) pass the layer's keyword arguments too, such as Dense's and BatchNormalization's `training`; "
+        "'activations' wraps only the activation function, called positionally, and trains.",
+        "either RematScope(mode='activations') (recomputes activation functions only: saves little on Dense "
+        "stacks), or compile(..., run_eagerly=True) (every mode trains, each step runs op by op in Python: "
+        "slower). To recompute whole layers in a traced fit, wrap segments of positional-only calls in "
+        "keras.remat: `kit.memory.rematerialize(model)` does it for a Sequential model.",
+        "notebook 08, section 5"),
+        (r"custom_gradient decorator currently supports keywords arguments only when eager",)),
     _Entry(Explanation(
         "out-of-memory",
         "A device ran out of memory.",

@@ -152,11 +152,13 @@ def replica_heatmap(report: Any):
     return fig
 
 
-def activity_figure(activity: Any, title: str | None = None, ax: Any = None, whole: bool = False):
+def activity_figure(activity: Any, title: str | None = None, ax: Any = None, whole: bool = False,
+                    what: str = "the training steps"):
     """One row per device (device 0 on top), each op a bar coloured by what it does, idle time left
     blank; the input pipeline (tf.data threads, on the host) as a last row when it did any work.
     Shows the steps as they run once started (``DeviceActivity.steady_window``: the set-up and first step before
-    the function's longest pause left out, and the axis label says so) unless ``whole`` is true."""
+    the function's longest pause left out, and the axis label says so) unless ``whole`` is true; ``what`` names
+    the steps on the axis."""
     import matplotlib.pyplot as plt
 
     labels, bars = activity.bars()
@@ -183,7 +185,7 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
     ax.set_xlim(0, pad * 1e3)
     kind_text = ("simulated devices: logical CPUs sharing the same cores, so this shows placement and order, "
                  "not GPU speed" if activity.simulated else "GPUs")
-    ax.set_xlabel("milliseconds" + ("" if whole else " (the training steps" + (
+    ax.set_xlabel("milliseconds" + ("" if whole else f" ({what}" + (
         "; what ran before them, set-up and first-run ops, left out)" if cut else ")")))
     ax.set_title(title or "which device computed what", fontsize=10, loc="left", pad=16)
     ax.text(0.0, 1.02, kind_text, transform=ax.transAxes, ha="left", va="bottom", fontsize=7, color="0.35")

@@ -250,9 +250,14 @@ def load_verified(model: Any, path: Any) -> Any:
             detail = (f" Cause: the shapes differ ({'; '.join(shapes[:4])}"
                       f"{' ...' if len(shapes) > 4 else ''}): the file comes from a model with other layer sizes.")
         else:
-            detail = (f" Keras said: {shorten_message(messages[0].splitlines()[0], 200)}" if messages else "")
-            detail += (" Was the file saved from a different model (e.g. a parallel wrapper instead of its "
-                       "template)?")
+            said = messages[0].splitlines()[0].split(" Example error message")[0].strip() if messages else ""
+            detail = f' Keras said: "{shorten_message(said, 200)}"' if said else ""
+            if len(missing) < len(model.weights):     # the file has some of the model's layers, not all
+                detail += (" The file holds only some of the model's layers: was it written only partly (an "
+                           "interrupted save), or saved from a model with fewer layers?")
+            else:
+                detail += (" None of the model's layers is in the file: was it saved from a different model "
+                           "(e.g. a parallel wrapper instead of its template)?")
         raise LoadError(f"load_verified: {len(missing)} of {len(model.weights)} variable(s) were not loaded from "
                         f"{path.name}: {shorten_message(', '.join(missing), 400)}. The model was left unchanged."
                         f"{detail}", missing)

@@ -60,5 +60,5 @@ def test_wrong_values_get_a_hint_not_the_answer():
     wrong = check.nb03_bubble(0.5)
     assert not wrong and "0.273" not in repr(wrong)
     assert check.nb03_bubble("3/11") and check.nb03_bubble(np.float64(0.2727))
-    assert check.nb02_last_step(np.array([40, 40, 40, 38])) and check.nb02_last_step((40, 40, 40, 38))
-    assert "list of 4 numbers" in repr(check.nb02_last_step([40, 40]))
+    assert check.nb02_last_step(np.array([36] * 7 + [34])) and check.nb02_last_step(tuple([36] * 7 + [34]))
+    assert "list of 8 numbers" in repr(check.nb02_last_step([40, 40]))

@@ -104,9 +104,24 @@ def test_run_child_reports_failures_clearly():
 def test_nb01_exercise_checks():
     assert check.nb01_physical_behind(1) and not check.nb01_physical_behind(3)
     assert not check.nb01_physical_behind(True)
-    assert check.nb01_count_with_garbage(2) and not check.nb01_count_with_garbage(3)
-    assert check.nb01_locking_call("b") and not check.nb01_locking_call("c")
+    assert check.nb01_count_with_garbage(0) and not check.nb01_count_with_garbage(2)
+    assert check.nb01_locking_call(True) and check.nb01_locking_call("yes") and not check.nb01_locking_call(False)
     assert "Not answered" in repr(check.nb01_locking_call(...))
+
+
+def test_building_a_keras_model_locks_the_device_configuration():
+    """Notebook 01 exercise 3: building a model (its variables) starts the devices, as a first op does."""
+    proc = run_python("""
+        import json, tensorflow as tf, keras
+        keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        try:
+            tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+            print(json.dumps("open"))
+        except RuntimeError as err:
+            print(json.dumps(str(err)))
+    """)
+    assert "cannot be modified after being initialized" in last_json(proc)
 
 
 @pytest.mark.parametrize("onednn", ["1", "0"])

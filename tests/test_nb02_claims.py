@@ -302,9 +302,9 @@ def test_scaling_explorer_headless():
 
 
 def test_nb02_exercise_checks():
-    assert check.nb02_per_replica(64) and not check.nb02_per_replica(256)
-    assert check.nb02_steps_per_epoch(6) and not check.nb02_steps_per_epoch(5)
-    assert check.nb02_last_step([40, 40, 40, 38]) and not check.nb02_last_step([40, 40, 40, 40])
+    assert check.nb02_per_replica(48) and not check.nb02_per_replica(384)
+    assert check.nb02_steps_per_epoch(4) and not check.nb02_steps_per_epoch(3)
+    assert check.nb02_last_step([36] * 7 + [34]) and not check.nb02_last_step([36] * 8)
     assert "Not answered" in repr(check.nb02_last_step(...))
 
 

@@ -249,3 +249,47 @@ def test_hdf5_attribute_limit_and_modern_formats(tmp_path):
 def test_nb04_exercise_checks():
     assert check.nb04_what_to_save("template") and not check.nb04_what_to_save("wrapper")
     assert check.nb04_reshuffle(False) and not check.nb04_reshuffle(True)
+
+
+def test_load_verified_names_the_likely_cause_by_what_is_missing():
+    """A file with only some of the model's layers (a save interrupted after the first layer) is called partly
+    written; a file with none of them (a wrapper's file) a different model; Keras's own sentence is quoted
+    whole, not cut at a colon."""
+    proc = run_python("""
+        import json, os, tempfile
+        from unittest import mock
+        import gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras
+
+        def make():
+            return keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="hidden"),
+                                     keras.layers.Dense(2, name="logits")], name="net")
+
+        tmp = tempfile.mkdtemp()
+        model, out = make(), {}
+        half = os.path.join(tmp, "half.weights.h5")
+        model.save_weights(half)
+        def disk_full(store):
+            raise OSError("disk full")
+        with mock.patch.object(model.get_layer("logits"), "save_own_variables", disk_full):
+            try:
+                model.save_weights(half)
+            except OSError:
+                pass
+        wrapped = keras.Sequential([keras.Input((4,)), make()], name="wrapper")
+        other = os.path.join(tmp, "wrapper.weights.h5")
+        wrapped.save_weights(other)
+        for name, path in (("half", half), ("wrapper", other)):
+            try:
+                kit.load_verified(make(), path)
+            except kit.saving.LoadError as err:
+                out[name] = str(err)
+        print(json.dumps(out))
+    """)
+    out = last_json(proc)
+    assert "2 of 4 variable(s)" in out["half"] and "written only partly" in out["half"]
+    assert "different model" not in out["half"]
+    assert "4 of 4 variable(s)" in out["wrapper"] and "None of the model's layers is in the file" in out["wrapper"]
+    for text in out.values():
+        assert 'Keras said: "A total of' in text and "Example error message" not in text

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_choice, as_int, as_int_list, verdict
+from ._common import Verdict, as_bool, as_int, as_int_list, verdict
 
 _NUMBER = "Give a whole number, e.g. 3."
 
@@ -21,23 +21,25 @@ def nb01_physical_behind(answer: Any) -> Verdict:
 
 
 def nb01_count_with_garbage(answer: Any) -> Verdict:
-    """How many GPUs does a process see with CUDA_VISIBLE_DEVICES=0,1,x,2 on an 8-GPU server?"""
+    """How many GPUs does a process see with CUDA_VISIBLE_DEVICES=3,1,3 on an 8-GPU server?"""
     from ..visibility import parse_cuda_visible_devices
 
-    right = parse_cuda_visible_devices("0,1,x,2", 8).count
+    right = parse_cuda_visible_devices("3,1,3", 8).count
     value = as_int(answer)
-    return verdict(answer, value == right, f"{right}: parsing stops at 'x', so GPU 2 is never reached.",
-                   "What does the runtime do when it meets an entry that is not a number?",
+    return verdict(answer, value == right, f"{right}: a device listed twice hides every GPU, without an error.",
+                   "What does the runtime do when the same device appears twice in the list?",
                    form=None if value is not None else _NUMBER)
 
 
 def nb01_locking_call(answer: Any) -> Verdict:
-    """Which call locks the device configuration: 'a' list_physical_devices(), 'b' list_logical_devices(),
-    'c' device_lib.list_local_devices()?"""
-    choice = as_choice(answer, "abc")
-    return verdict(answer, choice == "b",
-                   "list_logical_devices() initialises the runtime; configure devices before it.",
-                   "Look at the probe table above.", form=None if choice is not None else "Answer 'a', 'b' or 'c'.")
+    """Does building a small Keras model (an Input and a Dense layer), before any training, lock TensorFlow's
+    device configuration? True or False."""
+    value = as_bool(answer)
+    return verdict(answer, value is True,
+                   "True: building the model creates its variables, which starts the devices as a first op does; "
+                   "call kit.setup() before building anything.",
+                   "What does a Dense layer create when it is built, and where does that have to live?",
+                   form=None if value is not None else "Give True or False.")
 
 
 def nb01_visible_after_drop(answer: Any) -> Verdict:

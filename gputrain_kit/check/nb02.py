@@ -9,35 +9,36 @@ _NUMBER = "Give a whole number, e.g. 32."
 
 
 def nb02_per_replica(answer: Any) -> Verdict:
-    """Global batch 256 on 4 GPUs: how many samples does each replica get per step?"""
+    """Global batch 384 on 8 GPUs: how many samples does each replica get per step?"""
     from ..batching import split_batch
 
-    right = split_batch(256, 4)[0]
+    right = split_batch(384, 8)[0]
     value = as_int(answer)
     return verdict(answer, value == right, f"{right}: the global batch is split across the replicas.",
                    "Global batch = per-replica batch x replicas.", form=None if value is not None else _NUMBER)
 
 
 def nb02_steps_per_epoch(answer: Any) -> Verdict:
-    """1438 training samples, global batch 256, 4 replicas: how many steps in one epoch (no drop_remainder)?"""
+    """1438 training samples, global batch 384, 8 replicas: how many steps in one epoch (no drop_remainder)?"""
     from ..batching import plan_batches
 
-    right = len(plan_batches(1438, 256, 4))
+    right = len(plan_batches(1438, 384, 8))
     value = as_int(answer)
-    return verdict(answer, value == right, f"{right}: five full steps and a partial one. Steps depend on the "
+    return verdict(answer, value == right, f"{right}: three full steps and a partial one. Steps depend on the "
                    "global batch, not on the replica count.", "Divide, then round which way?",
                    form=None if value is not None else _NUMBER)
 
 
 def nb02_last_step(answer: Any) -> Verdict:
-    """...and how is that last step split over the 4 replicas? (a list of 4 numbers)"""
+    """...and how is that last step split over the 8 replicas? (a list of 8 numbers)"""
     from ..batching import plan_batches
 
-    right = plan_batches(1438, 256, 4)[-1]
+    right = plan_batches(1438, 384, 8)[-1]
     values = as_int_list(answer)
-    return verdict(answer, values == right, f"{right}: ceil(158 / 4) = 40 per replica, filled in order.",
-                   "The last step has 1438 - 5 x 256 samples; each replica takes ceil(samples / 4) in turn.",
-                   form=None if values is not None and len(values) == 4 else "Give a list of 4 numbers, e.g. [1, 2, 3, 4].")
+    return verdict(answer, values == right, f"{right}: ceil(286 / 8) = 36 per replica, filled in order.",
+                   "The last step has 1438 - 3 x 384 samples; each replica takes ceil(samples / 8) in turn.",
+                   form=None if values is not None and len(values) == 8 else
+                   "Give a list of 8 numbers, e.g. [1, 2, 3, 4, 5, 6, 7, 8].")
 
 
 def nb02_last_step_three(answer: Any) -> Verdict:

@@ -1,0 +1,169 @@
+"""Notebook 08's second truth pass (issue 37): what RematScope, mixed precision, loss scaling, gradient
+accumulation and Keras 3's TensorFlow distribution backend really do on the installed versions. Each test turns
+red if Keras changes the behaviour, instead of leaving a stale sentence in the notebook."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import gputrain_kit as kit
+from conftest import last_json, run_python
+
+FAMILIES = ["onednn", "eigen"]
+
+
+def _env(family: str) -> dict[str, str]:
+    return {"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_rematscope_modes_in_a_traced_fit_and_eagerly(family):
+    """Section 5: the modes that wrap a whole layer call fail in a traced fit where a wrapped layer is called
+    with a keyword argument (Dense's `training`: custom_gradient refuses keyword arguments there), on a Dense
+    stack and on a conv net; a Conv2D alone (call(inputs)) wrapped trains; 'activations' trains traced; every
+    mode trains with run_eagerly=True; 'larger_than' and 'list_of_layers' with their defaults wrap no layer of the
+    small Dense stack (on the conv net 'larger_than' fails on its own Keras bug)."""
+    proc = run_python("""
+        import json, re, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras, numpy as np
+
+        def dense_stack():
+            return keras.Sequential([keras.Input((32,))] + [keras.layers.Dense(32, activation="tanh", name=f"d{i}")
+                                                            for i in range(4)] + [keras.layers.Dense(4)])
+
+        def conv_net():
+            return keras.Sequential([keras.Input((8, 8, 2)), keras.layers.Conv2D(4, 3, activation="relu", name="d1"),
+                                     keras.layers.Flatten(), keras.layers.Dense(4)])
+
+        data = {"dense": (np.ones((64, 32), "float32"), np.zeros((64, 4), "float32")),
+                "conv": (np.ones((64, 8, 8, 2), "float32"), np.zeros((64, 4), "float32"))}
+        out = {}
+        for kind, make in (("dense", dense_stack), ("conv", conv_net)):
+            for label, scope, eager in (("full", dict(mode="full"), False),
+                                        ("activations", dict(mode="activations"), False),
+                                        ("full-eager", dict(mode="full"), True),
+                                        ("larger_than-1", dict(mode="larger_than", output_size_threshold=1), False),
+                                        ("list-d1", dict(mode="list_of_layers", layer_names=["d1"]), False),
+                                        ("larger_than-default", dict(mode="larger_than"), False),
+                                        ("list-default", dict(mode="list_of_layers"), False)):
+                with keras.RematScope(**scope):
+                    model = make()
+                model.compile("sgd", "mse", run_eagerly=eager)
+                try:
+                    loss = model.fit(*data[kind], epochs=2, verbose=0).history["loss"]
+                    out[f"{kind}/{label}"] = "trains" if all(np.isfinite(loss)) else "nan"
+                except Exception as err:
+                    known = kit.explain(err)
+                    out[f"{kind}/{label}"] = known.key if known else type(err).__name__ + ": " + str(err)[:300]
+        print(json.dumps(out))
+    """, env=_env(family))
+    out = last_json(proc)
+    for kind in ("dense", "conv"):
+        for label in ("full", "larger_than-1"):
+            assert out[f"{kind}/{label}"] == "remat-scope-traced", (kind, label, out)
+        for label in ("activations", "full-eager", "list-default"):
+            assert out[f"{kind}/{label}"] == "trains", (kind, label, out)
+    assert out["dense/larger_than-default"] == "trains"        # no Dense(32) output is over 1024 values
+    # On the conv net, "larger_than" fails before it chooses: Keras computes each layer's output spec on
+    # TensorFlow's symbolic tensors and trips over a missing attribute (a Keras bug; a fix turns this red).
+    assert out["conv/larger_than-default"].startswith("AttributeError") and "sparse" in out["conv/larger_than-default"]
+    assert out["dense/list-d1"] == "remat-scope-traced"        # a Dense layer: call(inputs, training=...)
+    assert out["conv/list-d1"] == "trains"                     # a Conv2D: call(inputs), no keyword to refuse
+
+
+def test_explain_names_both_ways_out_of_the_rematscope_error():
+    found = kit.explain("ValueError: The custom_gradient decorator currently supports keywords arguments only "
+                        "when eager execution is enabled.")
+    assert found.key == "remat-scope-traced"
+    assert "mode='activations'" in found.fix and "run_eagerly=True" in found.fix and "rematerialize" in found.fix
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_float16_runs_on_cpu_and_compile_decides_the_loss_scaling(family):
+    """Section 4: a mixed_float16 model compiles and trains on CPU under both kernel families; compile's own
+    argument auto_scale_loss (default True) wraps the optimizer in a LossScaleOptimizer, False leaves it bare."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras, numpy as np, inspect
+        keras.mixed_precision.set_dtype_policy("mixed_float16")
+        out = {}
+        for scale in (True, False):
+            model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                                      keras.layers.Dense(4)])
+            model.compile(keras.optimizers.Adam(), "mse", auto_scale_loss=scale)
+            x = np.random.default_rng(0).normal(size=(128, 16)).astype("float32")
+            loss = model.fit(x, x[:, :4], epochs=2, verbose=0).history["loss"]
+            out[str(scale)] = [type(model.optimizer).__name__, model.layers[0].compute_dtype, bool(np.isfinite(loss).all())]
+        compile_args = inspect.signature(keras.Model.compile).parameters
+        scaler_args = inspect.signature(keras.optimizers.LossScaleOptimizer.__init__).parameters
+        out["where"] = ["auto_scale_loss" in compile_args, "auto_scale_loss" in scaler_args]
+        print(json.dumps(out))
+    """, env=_env(family))
+    out = last_json(proc)
+    assert out["True"] == ["LossScaleOptimizer", "float16", True]
+    assert out["False"] == ["Adam", "float16", True]
+    assert out["where"] == [True, False]          # compile's argument, not the LossScaleOptimizer's
+
+
+def test_accumulation_evaluates_a_schedule_on_every_small_step():
+    """Section 6: with gradient_accumulation_steps=k, optimizer.iterations counts updates, but a learning-rate
+    schedule sees every small step: k times too fast. A schedule stretched by k gives the intended rate."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras, numpy as np
+        x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
+        out = {}
+        for label, decay_steps in (("in updates", 2), ("stretched by k", 2 * 4)):
+            schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=decay_steps, decay_rate=0.5)
+            model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+            model.compile(keras.optimizers.SGD(schedule, gradient_accumulation_steps=4), "mse")
+            for i in range(8):
+                model.train_on_batch(x[8 * i:8 * (i + 1)], x[8 * i:8 * (i + 1), :2])
+            out[label] = [int(model.optimizer.iterations), float(model.optimizer.learning_rate)]
+        print(json.dumps(out))
+    """)
+    out = last_json(proc)
+    updates, rate = out["in updates"]
+    assert updates == 2
+    assert rate == pytest.approx(0.1 * 0.5 ** (8 / 2))          # evaluated at 8 small steps, not at 2 updates
+    assert out["stretched by k"] == [2, pytest.approx(0.1 * 0.5 ** (2 / 2))]   # the rate meant for 2 updates
+
+
+def test_keras_tensorflow_distribution_backend_is_a_prototype_and_tensorflow_ships_dtensor():
+    """Section 8: TensorFlow ships DTensor, but Keras 3's TensorFlow distribution backend says "DO NOT USE"."""
+    import keras
+    import tensorflow as tf
+
+    source = Path(keras.__file__).parent / "src" / "backend" / "tensorflow" / "distribution_lib.py"
+    assert "DO NOT USE" in source.read_text().splitlines()[0]
+    assert hasattr(tf.experimental, "dtensor") and hasattr(tf.experimental.dtensor, "Mesh")
+
+
+def twin():
+    """Notebook 08's twin."""
+    import keras
+
+    return keras.Sequential([keras.Input((512,))] + [keras.layers.Dense(512, activation="relu") for _ in range(8)]
+                            + [keras.layers.Dense(16)])
+
+
+def twin_remat_activations():
+    """The twin built inside RematScope(mode="activations")."""
+    import keras
+
+    with keras.RematScope(mode="activations"):
+        return twin()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_rematscope_activations_saves_nothing_on_the_twin(family):
+    """Section 7: RematScope("activations") leaves the twin's measured peak where it was (within 5%) or raises it,
+    under both CPU kernel families; at a smaller batch too."""
+    for batch in (2048, 512):
+        plain = kit.measure_memory(twin, batch_size=batch, kernels=family).peak_bytes
+        scoped = kit.measure_memory(twin_remat_activations, batch_size=batch, kernels=family).peak_bytes
+        assert scoped >= 0.95 * plain, (family, batch, plain, scoped)
