@@ -11,7 +11,7 @@ export PYTHONHASHSEED := 0
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,jax]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -83,7 +83,7 @@ doctor: $(STAMP)
 # GPU-only claims, every notebook, the unit tests), recorded in artifacts/gpu/report.json (docs/gpu.md).
 GPU_STAMP := $(VENV)/.installed-gpu
 $(GPU_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[gpu,test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[gpu,test,jax]'
 	touch $(GPU_STAMP)
 
 gpu-check: $(GPU_STAMP)

@@ -35,7 +35,7 @@ __version__ = _version()
 SUBMODULES = ("activity", "batchnorm", "branches", "check", "checkpoints", "cluster", "counting",
               "cpu_kernels", "data", "devices", "doctor", "errors", "explainer", "feeding", "gpu_record", "lrscaling",
               "measure", "memory", "multiworker", "netns", "parallel", "pipeline", "placement", "plots", "processes",
-              "replicas", "saving", "scaling", "training", "visibility", "widgets")
+              "replicas", "saving", "scaling", "sharding", "training", "visibility", "widgets")
 
 __all__ = [
     "setup", "device_names", "inventory", "current", "plan_batches", "expect_error", "error_summary",
@@ -48,7 +48,7 @@ __all__ = [
     "SetupError", "SetupReport", "check", "counting", "cpu_kernels", "data", "gpu_record", "parallel", "placement", "plots", "processes",
     "training", "multiworker", "launch_local_workers", "WorkerError", "WorkerFailed", "WorkerTimeout",
     "PortInUseError",
-    "visibility", "widgets", "__version__", "measure", "batchnorm", "cluster",
+    "visibility", "widgets", "__version__", "measure", "batchnorm", "cluster", "sharding",
 ]
 
 

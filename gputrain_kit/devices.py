@@ -41,6 +41,8 @@ class SetupReport:
     notes: tuple[str, ...] = field(default=())
     cpu_kernels: str = ""          # the CPU kernel family and why (cpu_kernels.detect().line())
     kernel_family: str = ""        # "onednn" | "eigen"
+    backend: str = "tensorflow"    # Keras's backend: "tensorflow" or "jax" (notebook 09)
+    jax: str = ""                  # JAX's version on the JAX backend
 
     @property
     def simulated(self) -> bool:
@@ -69,14 +71,17 @@ class SetupReport:
                                 break_long_words=False, break_on_hyphens=False) for note in self.notes]
         if self.cpu_kernels:
             lines.append(f"  CPU kernels: {self.cpu_kernels}")
-        lines.append(f"  TensorFlow {self.tensorflow}, Keras {self.keras}; seed {self.seed}; op determinism on.")
+        if self.backend == "jax":
+            lines.append(f"  Keras {self.keras} on JAX {self.jax}; seed {self.seed}.")
+        else:
+            lines.append(f"  TensorFlow {self.tensorflow}, Keras {self.keras}; seed {self.seed}; op determinism on.")
         return "\n".join(lines)
 
 
 _state: dict[str, Any] = {"args": None, "report": None}
 
 
-_DEFAULTS = {"kind": "auto", "memory_limit_mb": None, "seed": 0}
+_DEFAULTS = {"kind": "auto", "memory_limit_mb": None, "seed": 0, "backend": "tensorflow"}
 
 
 def _call_text(args: dict[str, Any]) -> str:
@@ -104,7 +109,7 @@ def mode_for(n_gpus: int, devices: int) -> tuple[str, list[int]]:
 
 
 def setup(devices: int = 2, *, kind: str = "auto", memory_limit_mb: int | None = None,
-          seed: int = 0) -> SetupReport:
+          seed: int = 0, backend: str = "tensorflow") -> SetupReport:
     """Create ``devices`` devices for the course, seed everything, and return a report.
 
     - ``kind="auto"``: at least ``devices`` GPUs -> use the first ``devices`` of them
@@ -115,6 +120,9 @@ def setup(devices: int = 2, *, kind: str = "auto", memory_limit_mb: int | None =
 
     Must run before TensorFlow initialises its devices. Calling it again with the
     same arguments returns the same report; other arguments raise SetupError.
+
+    ``backend="jax"`` (notebook 09): Keras 3 on JAX instead, set before Keras is imported; ``devices`` real GPUs
+    where at least that many are visible, else simulated CPU devices (JAX cannot split a GPU).
     """
     func = "setup"
     devices = require_int(func, "devices", devices, minimum=1, maximum=MAX_DEVICES)
@@ -122,7 +130,8 @@ def setup(devices: int = 2, *, kind: str = "auto", memory_limit_mb: int | None =
     if memory_limit_mb is not None:
         memory_limit_mb = require_int(func, "memory_limit_mb", memory_limit_mb, minimum=64)
     seed = require_int(func, "seed", seed, minimum=0)
-    args = {"devices": devices, "kind": kind, "memory_limit_mb": memory_limit_mb, "seed": seed}
+    backend = require_choice(func, "backend", backend, ("tensorflow", "jax"))
+    args = {"devices": devices, "kind": kind, "memory_limit_mb": memory_limit_mb, "seed": seed, "backend": backend}
 
     if _state["args"] is not None:
         if _state["args"] == args:
@@ -133,6 +142,18 @@ def setup(devices: int = 2, *, kind: str = "auto", memory_limit_mb: int | None =
             f"Restart the kernel (Kernel > Restart Kernel) and run {_call_text(args)} first, "
             "or keep the earlier setup and use device_names(k) for fewer devices."
         )
+    if backend == "jax":
+        if memory_limit_mb is not None:
+            raise ValueError(f"{_call_text(args)}: memory_limit_mb splits GPUs on the TensorFlow backend; JAX "
+                             "cannot split a GPU. Leave it out.")
+        from . import jax_setup
+
+        try:
+            report = SetupReport(**jax_setup.setup_jax(devices, kind, seed, _call_text(args)))
+        except jax_setup.Refused as err:
+            raise SetupError(str(err)) from None
+        _state.update(args=args, report=report)
+        return report
     if _tf.devices_initialised():
         raise SetupError(
             f"{_call_text(args)} must run before TensorFlow initialises its devices, but something "

@@ -425,3 +425,53 @@ class ScalingModelExplorer:
     def _ipython_display_(self) -> None:
         from IPython.display import display
         display(self.widget)
+
+
+class MeshExplorer:
+    """Notebook 09: 8 devices arranged as a (batch, model) mesh, and a model's variables laid out on it: how many
+    bytes each device holds, and which kernels cannot be split. ``variables``: (path, shape, bytes per value)
+    of each variable, e.g. ``[(v.path, tuple(v.shape), 4) for v in model.weights]``. Arithmetic only (the
+    notebook measures the same on real arrays). Headless: set ``.mesh`` / ``.shard`` values, read ``.per_device``
+    and ``.summary.value``."""
+
+    def __init__(self, variables: list, mesh: tuple[int, int] = (2, 4), shard: bool = True):
+        import ipywidgets as widgets
+
+        from .sharding import MESHES_8
+
+        if not isinstance(variables, list) or not variables:
+            raise ValueError("MeshExplorer: variables must be a non-empty list of (path, shape, bytes per value), "
+                             f"e.g. [(v.path, tuple(v.shape), 4) for v in model.weights]; got {short(variables)}.")
+        if tuple(mesh) not in MESHES_8:
+            raise ValueError(f"MeshExplorer: mesh must be one of {list(MESHES_8)} (batch, model), got {short(mesh)}.")
+        self.variables = [(str(p), tuple(int(d) for d in s), int(b)) for p, s, b in variables]
+        self.mesh = widgets.RadioButtons(options=[(f"{b} x {m}  (batch x model)", (b, m)) for b, m in MESHES_8],
+                                         value=tuple(mesh), description="mesh", layout=widgets.Layout(width="auto"))
+        self.shard = widgets.Checkbox(value=shard, description="split each kernel's columns over 'model'",
+                                      indent=False)
+        self.summary = widgets.HTML()
+        self.per_device = 0
+        for control in (self.mesh, self.shard):
+            control.observe(lambda _change: self.update(), names="value")
+        self.update()
+        self.widget = widgets.VBox([widgets.HBox([self.mesh, self.shard]), self.summary])
+
+    def update(self) -> None:
+        import html
+
+        from .plots import human_bytes
+        from .sharding import mesh_bytes
+
+        batch, model = self.mesh.value
+        self.per_device, full, refused = mesh_bytes(self.variables, model, self.shard.value)
+        rows = [f"each of the 8 devices holds <b>{human_bytes(self.per_device)}</b> of variables, a full copy is "
+                f"{human_bytes(full)}: <b>{full / self.per_device:.2f}x</b> less",
+                f"a global batch is cut into {batch} slice(s) along 'batch'; each slice is computed by the "
+                f"{model} device(s) of its 'model' row together"]
+        if refused:
+            rows.append("left replicated (JAX refuses an uneven split): " + html.escape("; ".join(refused)))
+        self.summary.value = "<ul>" + "".join(f"<li>{r}</li>" for r in rows) + "</ul>"
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+        display(self.widget)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate constraints.txt: one universal resolution of pyproject.toml (with the test extras) for every
+# Regenerate constraints.txt: one universal resolution of pyproject.toml (with the test and jax extras) for every
 # Python the README names, forked by environment markers only where a package has no release for all of
 # them. Existing pins are kept wherever they still resolve (uv prefers the versions in the output file),
 # so the Python the stored outputs are made on keeps its exact versions. Usage: make lock

@@ -17,8 +17,9 @@ from .nb05 import *  # noqa: F401,F403
 from .nb06 import *  # noqa: F401,F403
 from .nb07 import *  # noqa: F401,F403
 from .nb08 import *  # noqa: F401,F403
+from .nb09 import *  # noqa: F401,F403
 from .nb07 import NB07_HOSTS
 
-# Every notebook's exercise checks (nb00_... to nb08_...), then the forms they read answers in.
+# Every notebook's exercise checks (nb00_... to nb09_...), then the forms they read answers in.
 __all__ = sorted(name for name in globals() if name.startswith("nb0") and callable(globals()[name]))  # noqa: PLE0605
-__all__ += ["Verdict", "as_bool", "as_choice", "as_int", "as_int_list", "as_number", "NB07_HOSTS"]
+__all__ += ["Verdict", "as_bool", "as_choice", "as_int", "as_int_list", "as_number", "NB07_HOSTS", "NB09_MLP"]

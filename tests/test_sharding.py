@@ -1,0 +1,200 @@
+"""Notebook 09's claims about Keras 3's distribution API on JAX, each on the notebook's MLP and on a second model
+kind (a small transformer block), in fresh processes: the backend is fixed when Keras is imported. JAX is part
+of the course's install (`make install`: the `jax` extra), so a missing JAX fails here rather than skipping."""
+from __future__ import annotations
+
+import pytest
+
+from gputrain_kit import check
+from gputrain_kit.sharding import mesh_bytes
+from conftest import last_json, run_python
+
+MODELS = '''
+import keras
+
+def mlp(name="mlp"):
+    return keras.Sequential([keras.Input((256,)), keras.layers.Dense(512, activation="relu", name="d1"),
+                             keras.layers.Dense(512, activation="relu", name="d2"), keras.layers.Dense(16, name="d3")],
+                            name=name)
+
+def block(name="block"):
+    """Embedding, self-attention and a feed-forward pair: a tiny transformer block."""
+    tokens = keras.Input((16,), dtype="int32")
+    h = keras.layers.Embedding(128, 64, name="embed")(tokens)
+    a = keras.layers.MultiHeadAttention(num_heads=4, key_dim=16, name="attention")(h, h)
+    h = keras.layers.LayerNormalization(name="norm")(h + a)
+    f = keras.layers.Dense(128, activation="relu", name="ff1")(h)
+    f = keras.layers.Dense(64, name="ff2")(f)
+    out = keras.layers.Dense(8, name="head")(keras.layers.GlobalAveragePooling1D()(h + f))
+    return keras.Model(tokens, out, name=name)
+'''
+
+
+def _run(body: str):
+    return last_json(run_python("import json, gputrain_kit as kit\nkit.setup(devices=8, backend='jax')\n"
+                                + MODELS + body))
+
+
+def test_setup_puts_keras_on_jax_with_8_simulated_devices():
+    out = _run('''
+import jax
+r = kit.current()
+print(json.dumps([keras.backend.backend(), jax.device_count(), r.mode, r.backend, list(r.devices), repr(r)]))
+''')
+    backend, count, mode, report_backend, devices, text = out
+    assert (backend, count, mode, report_backend) == ("jax", 8, "cpu", "jax")
+    assert devices == [f"cpu:{i}" for i in range(8)] and "on JAX" in text and "8 simulated devices" in text
+
+
+def test_setup_refuses_jax_after_keras_was_imported_with_tensorflow():
+    proc = run_python('''
+import json, keras, gputrain_kit as kit
+try:
+    kit.setup(devices=8, backend="jax")
+except kit.devices.SetupError as err:
+    print(json.dumps(str(err)))
+''')
+    assert "Keras is already imported" in last_json(proc) and "Restart the kernel" in last_json(proc)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "block"])
+def test_model_parallel_bytes_match_the_layout_arithmetic(kind):
+    """Kernels cut over a 'model' axis of 4: each device holds what expected_bytes_per_device says, on all 8
+    devices, and the model trains; DataParallel keeps a full copy everywhere."""
+    out = _run(f'''
+import numpy as np
+from keras import distribution
+make = {kind}
+devices = distribution.list_devices()
+mesh = distribution.DeviceMesh((2, 4), ["batch", "model"], devices)
+layouts = distribution.LayoutMap(mesh)
+layouts["(.*/)?(d[0-9]+|ff[0-9]+|head)/kernel"] = (None, "model")
+layouts["(.*/)?embed/embeddings"] = (None, "model")
+layouts["(.*/)?attention/(query|key|value)/kernel"] = (None, "model", None)     # the 4 heads over "model"
+layouts["(.*/)?attention/attention_output/kernel"] = ("model", None, None)
+with distribution.ModelParallel(layout_map=layouts, batch_dim_name="batch").scope():
+    model = make()
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = (np.random.default_rng(0).normal(size=(512, 256)).astype("float32") if make is mlp
+         else np.random.default_rng(0).integers(0, 128, (512, 16)).astype("int32"))
+    y = np.random.default_rng(1).integers(0, 8, 512)
+    loss = model.fit(x, y, batch_size=64, epochs=1, verbose=0).history["loss"]
+held = kit.sharding.bytes_per_device(model)
+expected = kit.sharding.expected_bytes_per_device(model, layouts, {{"batch": 2, "model": 4}})
+with distribution.DataParallel(devices=devices).scope():
+    copies = kit.sharding.bytes_per_device(make())
+print(json.dumps([sorted(set(held.values())), expected.per_device, expected.replicated, len(held),
+                  bool(np.isfinite(loss).all()), sorted(set(copies.values()))]))
+''')
+    held, per_device, replicated, devices, trains, copies = out
+    assert held == [per_device] and devices == 8 and trains
+    assert 3.0 < replicated / per_device <= 4.0
+    assert copies == [replicated]
+
+
+@pytest.mark.parametrize("kind", ["mlp", "block"])
+def test_a_key_that_matches_nothing_shards_nothing_and_the_kit_says_so(kind):
+    """A Sequential model's paths carry its name, a functional model's do not: a key written for the other kind
+    matches nothing, every variable stays whole on every device, and check_layout_map says so."""
+    out = _run(f'''
+from keras import distribution
+make = {kind}
+mesh = distribution.DeviceMesh((2, 4), ["batch", "model"], distribution.list_devices())
+naive = distribution.LayoutMap(mesh)
+# A Sequential's paths start with its name ('mlp/d1/kernel'), a functional model's do not ('ff1/kernel'):
+# each key below is written for the other kind, and matches nothing.
+naive["d.*/kernel" if make is mlp else "block/ff.*/kernel"] = (None, "model")
+with distribution.ModelParallel(layout_map=naive, batch_dim_name="batch").scope():
+    model = make()
+held = kit.sharding.bytes_per_device(model)
+full = kit.sharding.expected_bytes_per_device(model, naive, {{"batch": 2, "model": 4}}).replicated
+try:
+    kit.sharding.check_layout_map(model, naive)
+    message = ""
+except kit.sharding.LayoutError as err:
+    message = str(err)
+print(json.dumps([sorted(set(held.values())), full, message]))
+''')
+    held, full, message = out
+    assert held == [full]                                   # replicated everywhere, silently
+    assert "match no variable" in message and "(.*/)?" in message and "re.fullmatch" in message
+
+
+def test_data_parallel_refuses_a_batch_that_does_not_divide_and_matches_one_device():
+    out = _run('''
+import contextlib, numpy as np
+from keras import distribution
+rng = np.random.default_rng(0)
+x = rng.normal(size=(512, 256)).astype("float32"); y = rng.integers(0, 16, 512)
+dp = distribution.DataParallel(devices=distribution.list_devices())
+def one_step(scope):
+    keras.utils.set_random_seed(0)
+    with scope:
+        m = mlp(); m.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        m.fit(x[:256], y[:256], batch_size=256, epochs=1, shuffle=False, verbose=0)
+    return m.get_weights()
+gap = max(float(np.abs(a - b).max()) for a, b in zip(one_step(contextlib.nullcontext()), one_step(dp.scope())))
+refused = []
+for n, batch in ((300, 300), (417, 128)):            # one batch of 300; a last batch of 33
+    with dp.scope():
+        m = mlp(); m.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        try:
+            m.fit(x[:n], y[:n], batch_size=batch, epochs=1, verbose=0)
+            refused.append("")
+        except Exception as err:
+            refused.append(type(err).__name__ + ": " + str(err)[:300])
+print(json.dumps([gap, refused]))
+''')
+    gap, refused = out
+    assert gap < 1e-5
+    assert all(r.startswith("IndivisibleError") and "evenly divide" in r for r in refused), refused
+
+
+def test_a_reloaded_model_loses_the_name_prefix_and_the_anchored_key_still_matches(tmp_path):
+    out = _run(f'''
+from keras import distribution
+mesh = distribution.DeviceMesh((2, 4), ["batch", "model"], distribution.list_devices())
+model = mlp()
+model.save({str(tmp_path / "mlp.keras")!r})
+first, anchored = distribution.LayoutMap(mesh), distribution.LayoutMap(mesh)
+first["mlp/d[0-9]+/kernel"] = (None, "model")
+anchored["(.*/)?d[0-9]+/kernel"] = (None, "model")
+results = {{}}
+for name, layouts in (("first", first), ("anchored", anchored)):
+    with distribution.ModelParallel(layout_map=layouts, batch_dim_name="batch").scope():
+        back = keras.models.load_model({str(tmp_path / "mlp.keras")!r})
+    results[name] = [back.weights[0].path, kit.sharding.variable_layouts(back)[back.weights[0].path]]
+print(json.dumps([[v.path for v in model.weights][0], results]))
+''')
+    original, results = out
+    assert original == "mlp/d1/kernel" and results["first"][0] == "d1/kernel"
+    assert "None, None" in results["first"][1] and "'model'" in results["anchored"][1]
+
+
+def test_the_exercise_checks_and_the_explorer_arithmetic():
+    per_device, full, refused = mesh_bytes(check.NB09_MLP, 2, True)
+    assert check.nb09_mesh_ratio(round(full / per_device, 2)) and not check.nb09_mesh_ratio(2.5)
+    assert 1.95 < full / per_device < 2.0 and not refused
+    assert mesh_bytes(check.NB09_MLP, 8, True)[2] == []          # 16 columns divide by 8
+    assert mesh_bytes([("m/d/kernel", (4, 10), 4)], 4, True)[2] == ["m/d/kernel: 10 columns over 4"]
+    assert check.nb09_key_matches(False) and not check.nb09_key_matches(True)
+    assert check.nb09_largest_batch(296) and not check.nb09_largest_batch(300)
+
+
+def test_mesh_explorer_headless():
+    import time
+
+    from gputrain_kit.widgets import MeshExplorer
+
+    e = MeshExplorer(list(check.NB09_MLP), mesh=(2, 4))
+    four = e.per_device
+    begun = time.perf_counter()
+    e.mesh.value = (8, 1)
+    assert time.perf_counter() - begun < 0.5
+    assert e.per_device == mesh_bytes(check.NB09_MLP, 1, True)[1] and "1.00x" in e.summary.value
+    e.mesh.value = (1, 8)
+    assert e.per_device < four and "8 device" in e.summary.value
+    e.shard.value = False
+    assert "1.00x" in e.summary.value
+    with pytest.raises(ValueError, match="mesh must be one of"):
+        MeshExplorer(list(check.NB09_MLP), mesh=(3, 3))
