@@ -57,6 +57,21 @@ def import_tf():
     return tf
 
 
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """The block's C++ start-up chatter (TensorFlow's, XLA's) kept out of the notebook, replayed only if the block
+    fails: for Keras on JAX, which imports TensorFlow too where it is installed (tf.data, seeding)."""
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    with _fd2_to_tempfile() as sink:
+        try:
+            yield
+        except BaseException:
+            sink.seek(0)
+            sys.stderr.write(sink.read().decode(errors="replace"))
+            raise
+
+
 def devices_initialised() -> bool:
     """True once TensorFlow has created its logical devices in this process.
 

@@ -65,18 +65,21 @@ def setup_jax(devices: int, kind: str, seed: int, call: str) -> dict[str, Any]:
         notes.append("simulated devices share the same CPU cores: they show how arrays are laid out and work is "
                      "distributed, never how much faster GPUs would be.")
     os.environ["KERAS_BACKEND"] = "jax"
-    import jax
-    import keras
+    from . import _tf
 
-    if keras.backend.backend() != "jax":      # pragma: no cover - guarded above
-        raise _error(f"{call}: Keras runs the {keras.backend.backend()} backend; restart the kernel.")
-    platform = "gpu" if mode == "gpu" else "cpu"
-    found = jax.devices(platform)
-    if len(found) < devices:
-        raise _error(f"{call}: JAX made {len(found)} {platform} device(s), not {devices}: something set XLA_FLAGS "
-                     "or imported jax before setup(). Restart the kernel and run setup() first.")
-    keras.utils.set_random_seed(seed)
-    names = tuple(f"{d.platform}:{d.id}" for d in found[:devices])
+    with _tf.quiet():
+        import jax
+        import keras
+
+        if keras.backend.backend() != "jax":      # pragma: no cover - guarded above
+            raise _error(f"{call}: Keras runs the {keras.backend.backend()} backend; restart the kernel.")
+        platform = "gpu" if mode == "gpu" else "cpu"
+        found = jax.devices(platform)
+        if len(found) < devices:
+            raise _error(f"{call}: JAX made {len(found)} {platform} device(s), not {devices}: something set XLA_FLAGS "
+                         "or imported jax before setup(). Restart the kernel and run setup() first.")
+        keras.utils.set_random_seed(seed)
+        names = tuple(f"{d.platform}:{d.id}" for d in found[:devices])
     return dict(mode=mode, devices=names, physical_gpus=tuple(f"gpu:{i}" for i in range(gpus)), memory_limit_mb=None,
                 seed=seed, tensorflow="", keras=keras.__version__, notes=tuple(notes), backend="jax",
                 jax=jax.__version__)

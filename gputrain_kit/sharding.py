@@ -39,11 +39,20 @@ def _jax_model(func: str, model: Any) -> list[Any]:
     return list(model.weights)
 
 
-def bytes_per_device(model: Any) -> dict[str, int]:
+def bytes_per_device(model: Any, include_optimizer: bool = False) -> dict[str, int]:
     """Bytes of the model's variables each device holds, read from every array's shards (``addressable_shards``):
-    a replicated variable counts in full on every device, a sharded one only its slice."""
+    a replicated variable counts in full on every device, a sharded one only its slice. ``include_optimizer``:
+    the optimizer's variables too (its slots, once it has been built by ``fit``)."""
+    from ._args import require_bool
+
+    variables = _jax_model("bytes_per_device", model)
+    if require_bool("bytes_per_device", "include_optimizer", include_optimizer):
+        if model.optimizer is None or not model.optimizer.variables:
+            raise ValueError("bytes_per_device: include_optimizer=True needs a compiled model whose optimizer has "
+                             "been built (after fit, or optimizer.build(model.trainable_variables)).")
+        variables += list(model.optimizer.variables)
     held: dict[str, int] = {}
-    for variable in _jax_model("bytes_per_device", model):
+    for variable in variables:
         for shard in variable.value.addressable_shards:
             name = f"{shard.device.platform}:{shard.device.id}"
             held[name] = held.get(name, 0) + int(shard.data.nbytes)

@@ -86,6 +86,8 @@ case("batchnorm.start_cases", "data", "too few samples for a last step with an e
 case("batchnorm.run_cases", "cases", "a kit case for your own model",
      "kit.batchnorm.run_cases([('dense', 'no BN', 'drop_remainder')], build=functional, "
      "data=(np.zeros((99, 4)), np.zeros(99)))")
+case("widgets.MeshExplorer", "mesh", "a mesh that is not 8 devices", "kit.widgets.MeshExplorer(list(kit.check.NB09_MLP), mesh=(3, 3))")
+case("setup", "backend", "an unknown backend", "kit.setup(devices=4, backend='torch')")
 # --------------------------------------------------------------------------- models
 case("setup", "devices", "a second setup with another device count", "kit.setup(devices=8)")
 case("replica_report", "model", "a string as the model", "kit.replica_report('model', strategy)")
@@ -102,6 +104,9 @@ case("save_verified", "allow_nonfinite", "allow_nonfinite as a string",
      "kit.save_verified(dense, os.path.join(tmp, 'x.keras'), allow_nonfinite='no')")
 case("save_verified", "", "a model holding NaN", "kit.save_verified(poisoned, os.path.join(tmp, 'p.weights.h5'))")
 case("save_verified", "", "a model not built yet", "kit.save_verified(unbuilt, os.path.join(tmp, 'u.keras'))")
+case("sharding.bytes_per_device", "", "a model on the TensorFlow backend", "kit.sharding.bytes_per_device(dense)")
+case("sharding.check_layout_map", "layout_map", "a dict instead of a LayoutMap",
+     "kit.sharding.check_layout_map(dense, {'dense/kernel': (None, 'model')})")
 case("load_verified", "path", "a number as the path", "kit.load_verified(dense, 123)")
 case("load_verified", "", "a file that does not exist", "kit.load_verified(dense, os.path.join(tmp, 'none.keras'))")
 case("load_verified", "", "a .keras file that is not a zip", "kit.load_verified(dense, corrupt_keras)")

@@ -21,7 +21,7 @@ def timings():
 def test_every_explorer_is_measured(timings):
     names = " ".join(timings["widgets"])
     for widget in ("visibility explorer", "ScalingExplorer", "MemoryExplorer", "SplitExplorer",
-                   "ScalingModelExplorer"):
+                   "ScalingModelExplorer", "MeshExplorer"):
         assert widget in names
     assert all(t["changes"] == 20 for t in timings["widgets"].values())
 

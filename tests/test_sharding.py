@@ -80,13 +80,16 @@ with distribution.ModelParallel(layout_map=layouts, batch_dim_name="batch").scop
     y = np.random.default_rng(1).integers(0, 8, 512)
     loss = model.fit(x, y, batch_size=64, epochs=1, verbose=0).history["loss"]
 held = kit.sharding.bytes_per_device(model)
+with_slots = kit.sharding.bytes_per_device(model, include_optimizer=True)
 expected = kit.sharding.expected_bytes_per_device(model, layouts, {{"batch": 2, "model": 4}})
 with distribution.DataParallel(devices=devices).scope():
     copies = kit.sharding.bytes_per_device(make())
 print(json.dumps([sorted(set(held.values())), expected.per_device, expected.replicated, len(held),
-                  bool(np.isfinite(loss).all()), sorted(set(copies.values()))]))
+                  bool(np.isfinite(loss).all()), sorted(set(copies.values())),
+                  max(abs(with_slots[d] / held[d] - 3) for d in held)]))
 ''')
-    held, per_device, replicated, devices, trains, copies = out
+    held, per_device, replicated, devices, trains, copies, slots_off = out
+    assert slots_off < 0.03                                 # Adam's two slots take their variable's layout
     assert held == [per_device] and devices == 8 and trains
     assert 3.0 < replicated / per_device <= 4.0
     assert copies == [replicated]

@@ -12,7 +12,7 @@ trap 'rm -rf "$tmp"' EXIT
 python3 -m venv "$tmp/venv"
 "$tmp/venv/bin/pip" install --quiet "uv==$UV_VERSION"
 cp constraints.txt "$tmp/constraints.txt"
-"$tmp/venv/bin/uv" pip compile pyproject.toml --extra test --universal --python-version "$OLDEST" \
+"$tmp/venv/bin/uv" pip compile pyproject.toml --extra test --extra jax --universal --python-version "$OLDEST" \
     --no-header --no-annotate --quiet -o "$tmp/constraints.txt"
 {
     echo "# Exact versions for every Python from $OLDEST to 3.13; markers fork only where a package has no release"

@@ -239,6 +239,8 @@ cases = [
     ("ScalingModelExplorer (06): GPUs", lambda: W.ScalingModelExplorer(), lambda w: w.gpus, [1, 2, 4, 8, 16, 64]),
     ("ScalingModelExplorer (06): link", lambda: W.ScalingModelExplorer(), lambda w: w.link,
      list(kit.scaling.LINKS)),
+    ("MeshExplorer (09): mesh", lambda: W.MeshExplorer(list(kit.check.NB09_MLP)), lambda w: w.mesh,
+     list(kit.sharding.MESHES_8)),
 ]
 result = {{"widgets": {{}}, "runs": {{}}}}
 for name, make, control_of, values in cases:

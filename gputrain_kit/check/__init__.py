@@ -19,6 +19,7 @@ from .nb07 import *  # noqa: F401,F403
 from .nb08 import *  # noqa: F401,F403
 from .nb09 import *  # noqa: F401,F403
 from .nb07 import NB07_HOSTS
+from .nb09 import NB09_MLP
 
 # Every notebook's exercise checks (nb00_... to nb09_...), then the forms they read answers in.
 __all__ = sorted(name for name in globals() if name.startswith("nb0") and callable(globals()[name]))  # noqa: PLE0605
