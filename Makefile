@@ -40,7 +40,7 @@ lint: $(STAMP)
 UNIT_WORKERS ?= 2
 unit: $(STAMP)
 	@status=0; \
-	$(PY) -m pytest tests -n $(UNIT_WORKERS) --dist loadfile -m "not timing" $(UNIT_ARGS) || status=$$?; \
+	$(PY) -m pytest tests -n $(UNIT_WORKERS) --dist loadfile -m "not timing and not wheel" $(UNIT_ARGS) || status=$$?; \
 	$(PY) -m pytest tests -p no:xdist -m timing $(UNIT_ARGS) || status=$$?; \
 	exit $$status
 
@@ -75,6 +75,11 @@ screenshots: $(STAMP)
 # docs/errors.md: every public function's error cases, from tests/error_cases.py (checked by the tests).
 errors-doc: $(STAMP)
 	CUDA_VISIBLE_DEVICES= $(PY) tests/error_cases.py --write docs/errors.md
+
+# The wheel without a clone: build it, install it in a clean venv, copy the notebooks out, run notebook 00
+# (minutes: not part of `make test`).
+test-wheel: $(STAMP)
+	$(PY) -m pytest tests/test_wheel.py -m wheel -p no:cacheprovider
 
 doctor: $(STAMP)
 	$(PY) -m gputrain_kit doctor

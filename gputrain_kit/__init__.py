@@ -32,7 +32,7 @@ def _version() -> str:
 __version__ = _version()
 
 #: Submodules, imported on first use (``kit.memory``, ``kit.check``, ...): importing the kit stays light (PEP 562).
-SUBMODULES = ("activity", "batchnorm", "branches", "check", "checkpoints", "cluster", "counting",
+SUBMODULES = ("activity", "batchnorm", "branches", "check", "checkpoints", "cluster", "counting", "course",
               "cpu_kernels", "data", "devices", "doctor", "errors", "explainer", "feeding", "gpu_record", "lrscaling",
               "measure", "memory", "multiworker", "netns", "parallel", "pipeline", "placement", "plots", "processes",
               "replicas", "saving", "scaling", "sharding", "training", "visibility", "widgets")

@@ -48,6 +48,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "timing: asserts a wall-clock bound or a share of busy time, which other "
                             "tests running beside it would distort; `make unit` runs these alone, after the rest "
                             "has run on parallel processes")
+    config.addinivalue_line("markers", "wheel: builds and installs the wheel in a clean venv (minutes); "
+                            "`make test-wheel` runs it, `make unit` leaves it out")
 
 
 def pytest_collection_modifyitems(config, items):

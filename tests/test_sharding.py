@@ -124,19 +124,23 @@ print(json.dumps([sorted(set(held.values())), full, message]))
 
 
 def test_data_parallel_refuses_a_batch_that_does_not_divide_and_matches_one_device():
+    """One SGD step on 8 devices gives one device's weights, on the MLP and on the transformer block; a batch of
+    300, or a last batch of 33, is refused (JAX's IndivisibleError)."""
     out = _run('''
 import contextlib, numpy as np
 from keras import distribution
 rng = np.random.default_rng(0)
 x = rng.normal(size=(512, 256)).astype("float32"); y = rng.integers(0, 16, 512)
+tokens, labels = rng.integers(0, 128, (512, 16)).astype("int32"), rng.integers(0, 8, 512)
 dp = distribution.DataParallel(devices=distribution.list_devices())
-def one_step(scope):
+def one_step(make, xs, ys, scope):
     keras.utils.set_random_seed(0)
     with scope:
-        m = mlp(); m.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        m.fit(x[:256], y[:256], batch_size=256, epochs=1, shuffle=False, verbose=0)
+        m = make(); m.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        m.fit(xs[:256], ys[:256], batch_size=256, epochs=1, shuffle=False, verbose=0)
     return m.get_weights()
-gap = max(float(np.abs(a - b).max()) for a, b in zip(one_step(contextlib.nullcontext()), one_step(dp.scope())))
+gap = max(float(np.abs(a - b).max()) for make, xs, ys in ((mlp, x, y), (block, tokens, labels))
+          for a, b in zip(one_step(make, xs, ys, contextlib.nullcontext()), one_step(make, xs, ys, dp.scope())))
 refused = []
 for n, batch in ((300, 300), (417, 128)):            # one batch of 300; a last batch of 33
     with dp.scope():
@@ -146,10 +150,20 @@ for n, batch in ((300, 300), (417, 128)):            # one batch of 300; a last 
             refused.append("")
         except Exception as err:
             refused.append(type(err).__name__ + ": " + str(err)[:300])
-print(json.dumps([gap, refused]))
+mp = distribution.ModelParallel(layout_map=distribution.LayoutMap(distribution.DeviceMesh(
+    (2, 4), ["batch", "model"], distribution.list_devices())), batch_dim_name="batch")
+with mp.scope():                                     # a 2 x 4 mesh cuts the batch 2 ways only
+    m = mlp(); m.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    m.fit(x[:300], y[:300], batch_size=300, epochs=1, verbose=0)
+    try:
+        m.fit(x[:301], y[:301], batch_size=301, epochs=1, verbose=0)
+        odd = ""
+    except Exception as err:
+        odd = type(err).__name__
+print(json.dumps([gap, refused, odd]))
 ''')
-    gap, refused = out
-    assert gap < 1e-5
+    gap, refused, odd = out
+    assert gap < 1e-5 and odd == "IndivisibleError"
     assert all(r.startswith("IndivisibleError") and "evenly divide" in r for r in refused), refused
 
 
@@ -180,8 +194,8 @@ def test_the_exercise_checks_and_the_explorer_arithmetic():
     assert 1.95 < full / per_device < 2.0 and not refused
     assert mesh_bytes(check.NB09_MLP, 8, True)[2] == []          # 16 columns divide by 8
     assert mesh_bytes([("m/d/kernel", (4, 10), 4)], 4, True)[2] == ["m/d/kernel: 10 columns over 4"]
-    assert check.nb09_key_matches(False) and not check.nb09_key_matches(True)
-    assert check.nb09_largest_batch(296) and not check.nb09_largest_batch(300)
+    assert check.nb09_key_matches(True) and not check.nb09_key_matches(False)
+    assert check.nb09_largest_batch(300) and not check.nb09_largest_batch(296)
 
 
 def test_mesh_explorer_headless():

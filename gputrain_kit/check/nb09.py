@@ -30,23 +30,24 @@ def nb09_mesh_ratio(answer: Any) -> Verdict:
 
 
 def nb09_key_matches(answer: Any) -> Verdict:
-    """Does the LayoutMap key 'd1/kernel' shard the variable whose path is 'mlp/d1/kernel'? True or False."""
+    """Does the LayoutMap key '.*d1/kernel' shard the variable whose path is 'mlp/d1/kernel'? True or False."""
     value = as_bool(answer)
-    right = bool(re.fullmatch("d1/kernel", "mlp/d1/kernel"))
+    right = bool(re.fullmatch(".*d1/kernel", "mlp/d1/kernel"))
     return verdict(answer, value is right,
-                   f"{right}: Keras matches a key with re.fullmatch against the whole path, which starts with the "
-                   "model's name; '(.*/)?d1/kernel' matches it, with or without the name.",
-                   "Is a LayoutMap key searched for inside the path, or matched against all of it?",
+                   f"{right}: '.*' matches 'mlp/', so the key matches the whole path (re.fullmatch); "
+                   "'(.*/)?d1/kernel' is stricter and matches with or without the model's name.",
+                   "Keras matches the whole path with the key: what can '.*' stand for?",
                    form=None if value is not None else "Give True or False.")
 
 
 def nb09_largest_batch(answer: Any) -> Verdict:
-    """DataParallel over 8 devices: the largest global batch of at most 300 that every step accepts?"""
+    """ModelParallel on a 2 x 4 mesh ('batch' axis of 2): the largest global batch of at most 300 a step accepts?"""
     value = as_int(answer)
-    right = 300 // 8 * 8
+    right = 300 // 2 * 2
     return verdict(answer, value == right,
-                   f"{right} = 8 x {right // 8}: every batch must split evenly over the 8 devices of the 'batch' axis.",
-                   "DataParallel refuses a batch that does not divide evenly over its devices.",
+                   f"{right}: the batch is cut only along the mesh's 'batch' axis (2 ways); the devices of a 'model' "
+                   "row share one slice. DataParallel over 8 devices needed a multiple of 8 (296).",
+                   "Along which mesh axis is the batch cut, and how many ways?",
                    form=None if value is not None else "Give a whole number, e.g. 64.")
 
 

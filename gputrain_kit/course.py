@@ -1,0 +1,55 @@
+"""The course's notebooks from an installed kit: ``python -m gputrain_kit notebooks DIR`` copies them out,
+``python -m gputrain_kit lab [DIR]`` opens them in JupyterLab (on 127.0.0.1). The wheel ships them as package
+data (``gputrain_kit/notebooks``); in a clone that folder is a link to the clone's ``notebooks/``.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ._args import ArgumentTypeError, short
+
+__all__ = ["notebook_files", "copy_notebooks", "lab_command"]
+
+
+def notebook_files() -> list[Path]:
+    """The course's notebooks shipped with this kit, in order (00_start_here.ipynb first)."""
+    folder = Path(__file__).resolve().parent / "notebooks"
+    found = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
+    if not found:
+        raise FileNotFoundError(f"no notebooks in {folder}: this kit was installed without them. Install it from "
+                                "the wheel or a clone (pip install gputrain-kit, or pip install -e . in a clone).")
+    return found
+
+
+def copy_notebooks(dest: str | Path, *, force: bool = False) -> list[Path]:
+    """Copy every notebook into ``dest`` (created if needed) and return the copies' paths. A notebook already there
+    is kept unless ``force=True`` (it may hold your answers): the error names them all."""
+    func = "copy_notebooks"
+    if not isinstance(dest, (str, Path)) or not str(dest).strip():
+        raise ArgumentTypeError(f"{func}: dest must be a folder path (str or pathlib.Path), got {short(dest)}.")
+    folder = Path(dest).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{func}: {folder} is a file, not a folder; name a folder, e.g. 'gputrain-course'.")
+    sources = notebook_files()
+    existing = [s.name for s in sources if (folder / s.name).exists()]
+    if existing and not force:
+        raise FileExistsError(f"{func}: {folder} already has {', '.join(existing)}; they may hold your work. Pass "
+                              "another folder, or --force (force=True) to overwrite them.")
+    folder.mkdir(parents=True, exist_ok=True)
+    copies = []
+    for source in sources:
+        target = folder / source.name
+        partial = target.with_name(target.name + ".partial")
+        shutil.copyfile(source, partial)          # whole or not at all: a copy cut short never replaces a notebook
+        partial.replace(target)
+        copies.append(target)
+    return copies
+
+
+def lab_command(folder: str | Path) -> list[str]:
+    """The command that opens JupyterLab on ``folder`` at notebook 00, listening on 127.0.0.1 only."""
+    import sys
+
+    return [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={folder}",
+            "--LabApp.news_url=None", "--LabApp.default_url=/lab/tree/00_start_here.ipynb"]
