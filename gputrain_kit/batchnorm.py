@@ -202,15 +202,9 @@ def _users_model(func: str, build: Any, data: Any, batch_size: Any, loss: Any) -
     import numpy as np
 
     from ._args import ArgumentTypeError, require_str
-    from .processes import function_with_helpers
+    from .processes import build_source
 
-    source = function_with_helpers(
-        func, build, what="build must be a function defined with `def` that returns a Keras model",
-        closure_fix="Each case runs in a fresh process that receives its source only: define it at the top level "
-                    "of a cell or a script.")
-    if build.__code__.co_argcount:
-        raise ValueError(f"{func}: build must take no arguments; {build.__name__}() takes "
-                         f"{build.__code__.co_argcount}. Fix its settings inside it.")
+    source = build_source(func, build, returns="a Keras model", runs="Each case")
     if not isinstance(data, tuple) or len(data) != 2 or not all(isinstance(a, np.ndarray) for a in data):
         raise ArgumentTypeError(f"{func}: data must be a tuple (x, y) of two NumPy arrays, got {short(data)}. "
                                 "Pass data=(x, y) with the samples along the first axis.")

@@ -98,15 +98,9 @@ def _measure_config(func: str, build: Any, *, batch_size: int, optimizer: str, d
                     accumulation_steps: int, steps: int) -> tuple[str, dict, dict]:
     """build's source, the child's config and the config shown to the user, every argument checked
     first (errors name ``func``)."""
-    from .processes import function_with_helpers
+    from .processes import build_source
 
-    source = function_with_helpers(
-        func, build, what="build must be a function defined with `def` that returns an uncompiled Keras model",
-        closure_fix="It runs in a fresh process that receives its source only: define it at the top level of "
-                    "a cell or a script.")
-    if build.__code__.co_argcount:
-        raise ValueError(f"{func}: build must take no arguments; {build.__name__}() takes "
-                         f"{build.__code__.co_argcount}. Fix its settings inside it.")
+    source = build_source(func, build, returns="an uncompiled Keras model", runs="It")
     batch_size = require_int(func, "batch_size", batch_size, minimum=1)
     optimizer = require_choice(func, "optimizer", optimizer, _OPTIMIZER_CLASSES)
     dtype_policy = require_choice(func, "dtype_policy", dtype_policy, DTYPE_POLICIES)

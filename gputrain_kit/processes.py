@@ -102,6 +102,21 @@ def _is_literal(value: Any) -> bool:
         return False
 
 
+def build_source(func: str, build: Any, *, returns: str, runs: str) -> str:
+    """The source of a learner's zero-argument ``build`` function with what it needs from its module
+    (``function_with_helpers``), for a process that receives source only; refused at the call, naming ``func``,
+    when it is not a top-level ``def`` or takes arguments. ``returns``: what build must return; ``runs``: what runs
+    in the fresh process ("It", "Each case")."""
+    source = function_with_helpers(
+        func, build, what=f"build must be a function defined with `def` that returns {returns}",
+        closure_fix=f"{runs} runs in a fresh process that receives its source only: define it at the top level of "
+                    "a cell or a script.")
+    if build.__code__.co_argcount:
+        raise ValueError(f"{func}: build must take no arguments; {build.__name__}() takes "
+                         f"{build.__code__.co_argcount}. Fix its settings inside it.")
+    return source
+
+
 def function_with_helpers(func: str, target: Any, *, what: str, closure_fix: str) -> str:
     """``function_source`` plus what the function needs from its module, for a process that receives source
     only: the modules it uses (as imports), the functions and classes of its own module it calls (their source,
