@@ -18,6 +18,41 @@ from typing import IO, Iterator
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
+class _NoJax:
+    """A meta-path finder that refuses ``import jax``. TensorFlow's import tries ``from jax import jit`` (tf.lite's
+    converter, tensorflow/lite/python/util.py) and, where JAX is installed (notebook 09's backend), loads all of
+    it: about 0.4 s and a hundred MB more in every TensorFlow process. TensorFlow catches the ImportError and goes
+    on without it."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "jax" or name.startswith("jax."):
+            raise ImportError("the kit keeps JAX out of a process that runs Keras on TensorFlow")
+        return None
+
+
+def block_jax() -> None:
+    """Keep JAX out of this process for good, unless Keras runs on JAX here (KERAS_BACKEND=jax) or JAX is already
+    imported: for the kit's child processes, which run TensorFlow only."""
+    if os.environ.get("KERAS_BACKEND") == "jax" or "jax" in sys.modules:
+        return
+    if not any(isinstance(f, _NoJax) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoJax())        # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def _jax_kept_out() -> Iterator[None]:
+    """JAX refused while the block runs (TensorFlow's import), allowed again after it."""
+    if os.environ.get("KERAS_BACKEND") == "jax" or "jax" in sys.modules:
+        yield
+        return
+    finder = _NoJax()
+    sys.meta_path.insert(0, finder)              # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)             # type: ignore[arg-type]
+
+
 @contextlib.contextmanager
 def _fd2_to_tempfile() -> Iterator[IO[bytes]]:
     """Send everything written to file descriptor 2 into a temporary file."""
@@ -46,7 +81,7 @@ def import_tf():
         return sys.modules["tensorflow"]
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
-    with _fd2_to_tempfile() as sink:
+    with _fd2_to_tempfile() as sink, _jax_kept_out():
         try:
             import tensorflow as tf  # noqa: F401
             import keras  # noqa: F401  (keras prints nothing, but import it under the same guard)

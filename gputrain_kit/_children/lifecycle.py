@@ -9,8 +9,12 @@ __all__ = ["quiet_tensorflow", "die_with_parent", "fork"]
 
 
 def quiet_tensorflow() -> None:
-    """TensorFlow's C++ start-up messages off (unless the user set a level)."""
+    """TensorFlow's C++ start-up messages off (unless the user set a level), and JAX kept out of this TensorFlow
+    process (``_tf.block_jax``: TensorFlow would import all of JAX where it is installed)."""
+    from .._tf import block_jax
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    block_jax()
 
 
 def die_with_parent(parent: int | None = None) -> bool:
