@@ -215,3 +215,26 @@ def test_mesh_explorer_headless():
     assert "1.00x" in e.summary.value
     with pytest.raises(ValueError, match="mesh must be one of"):
         MeshExplorer(list(check.NB09_MLP), mesh=(3, 3))
+
+
+def test_tensorflow_processes_keep_jax_out():
+    """TensorFlow's import loads all of JAX where it is installed (tf.lite tries `from jax import jit`): the kit's
+    TensorFlow import and its child processes refuse it, so JAX costs TensorFlow notebooks nothing; a learner can
+    still import JAX afterwards, and KERAS_BACKEND=jax is left alone."""
+    out = last_json(run_python('''
+import json, sys, gputrain_kit as kit
+kit.setup(devices=2)
+import keras
+in_kernel = "jax" in sys.modules
+import jax
+print(json.dumps([in_kernel, jax.__name__]))
+'''))
+    assert out == [False, "jax"]
+    child = last_json(run_python('''
+import json, sys
+from gputrain_kit._children.lifecycle import quiet_tensorflow
+quiet_tensorflow()
+import tensorflow
+print(json.dumps("jax" in sys.modules))
+'''))
+    assert child is False
