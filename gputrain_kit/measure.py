@@ -134,10 +134,44 @@ def _child_env(func: str, kernels: str | None) -> dict[str, str]:
     return family_env(kernels, func) if kernels is not None else {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 
 
+class _Queue:
+    """First come, first served: one measuring run of this process at a time (see ``_measure``)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._turn = threading.Condition()
+        self._next = self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._turn:
+            ticket, self._next = self._next, self._next + 1
+            self._turn.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._turn:
+            self._serving += 1
+            self._turn.notify_all()
+
+
+_QUEUE = _Queue()
+
+
 def _measure(func: str, source: str, name: str, jobs: list[tuple[str, dict, dict]], processes: int,
              env: dict[str, str], on_result: Any = None) -> dict[str, MemoryMeasurement]:
     """Every job in a process of its own (``_children/measure.py``; on Linux forked from one process that
-    imported TensorFlow, which saves the import, about 4 s here, for every configuration)."""
+    imported TensorFlow, which saves the import, about 4 s here, for every configuration).
+
+    Runs queue behind each other, first come first served: a measurement asked for while background
+    measurements run waits for them, so the memory beside a notebook is one run's (one TensorFlow import
+    and up to ``processes`` children) however many were started; on 2 cores running more at once would
+    not finish sooner anyway."""
+    with _QUEUE:
+        return _measure_now(func, source, name, jobs, processes, env, on_result)
+
+
+def _measure_now(func: str, source: str, name: str, jobs: list[tuple[str, dict, dict]], processes: int,
+                 env: dict[str, str], on_result: Any = None) -> dict[str, MemoryMeasurement]:
     from ._children import Job, run_jobs
     from .processes import ChildError
 
@@ -271,7 +305,7 @@ class PendingFamilies(BackgroundRun):
         def work(advance: Any) -> dict[str, dict[str, MemoryMeasurement]]:
             results = {}
             for done, family in enumerate(families, start=1):
-                results[family] = measure_levers(build, levers, batch_size=batch_size, steps=steps, processes=1,
+                results[family] = measure_levers(build, levers, batch_size=batch_size, steps=steps, processes=2,
                                                  kernels=family)
                 advance(done)
             return results
@@ -288,8 +322,9 @@ def start_measuring_families(build: Any, levers: Any, *, batch_size: int, steps:
     """``measure_levers`` once per CPU kernel family (``cpu_kernels.FAMILIES`` by default), in the background.
 
     TensorFlow fixes its kernel family when it is imported, so each family runs in processes of its own; the
-    families run one after another, one process at a time, so that this adds one process's memory beside the
-    notebook whatever the number of families. Every argument is checked before anything starts."""
+    families run one after another (up to 2 configurations at a time), queued behind any measurements already
+    running, so that this adds one measuring run's memory beside the notebook whatever the number of families.
+    Every argument is checked before anything starts."""
     from .cpu_kernels import FAMILIES
 
     func = "start_measuring_families"
