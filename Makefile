@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 # Same environment for the executor, nbval and the tests: reproducible hashing.
 export PYTHONHASHSEED := 0
 
-.PHONY: lab test lint unit nbval notebooks install doctor bench lock screenshots errors-doc gpu-check clean
+.PHONY: lab test lint unit nbval notebooks install doctor bench lock screenshots errors-doc gpu-check clean \
+	test-wheel test-bootstrap test-versions workshop-check
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,7 +41,7 @@ lint: $(STAMP)
 UNIT_WORKERS ?= 2
 unit: $(STAMP)
 	@status=0; \
-	$(PY) -m pytest tests -n $(UNIT_WORKERS) --dist loadfile -m "not timing and not wheel" $(UNIT_ARGS) || status=$$?; \
+	$(PY) -m pytest tests -n $(UNIT_WORKERS) --dist loadfile -m "not timing and not wheel and not platform" $(UNIT_ARGS) || status=$$?; \
 	$(PY) -m pytest tests -p no:xdist -m timing $(UNIT_ARGS) || status=$$?; \
 	exit $$status
 
@@ -81,8 +82,18 @@ errors-doc: $(STAMP)
 test-wheel: $(STAMP)
 	$(PY) -m pytest tests/test_wheel.py -m wheel -p no:cacheprovider
 
+# Colab/Kaggle simulated: a clean venv with another TensorFlow and Keras preinstalled runs a notebook's first cell,
+# which must install the kit without replacing them (minutes: not part of `make test`).
+test-bootstrap: $(STAMP)
+	$(PY) -m pytest tests/test_bootstrap.py -m platform -p no:cacheprovider
+
 doctor: $(STAMP)
 	$(PY) -m gputrain_kit doctor
+
+# The claim tests on the oldest supported TensorFlow/Keras, in .venv-versions/ without constraints.txt (minutes:
+# not part of `make test`); `make test-versions TF=2.19 KERAS=3.10.0` tries another point (docs/versions.md).
+test-versions:
+	$(PYTHON) tools/test_versions.py $(if $(TF),--tf $(TF)) $(if $(KERAS),--keras $(KERAS)) $(VERSIONS_ARGS)
 
 # On a machine with NVIDIA GPUs: TensorFlow's CUDA wheels, then the whole course with real GPUs (doctor, the
 # GPU-only claims, every notebook, the unit tests), recorded in artifacts/gpu/report.json (docs/gpu.md).
@@ -93,6 +104,12 @@ $(GPU_STAMP): $(STAMP)
 
 gpu-check: $(GPU_STAMP)
 	$(PY) tools/gpu_check.py $(GPU_CHECK_ARGS)
+
+# JupyterHub with workshop/jupyterhub_config.py on 127.0.0.1, ATTENDEES attendees running notebook 00 at once in
+# their own servers: time, memory, GPU per attendee (.venv-hub/, minutes the first time; docs/instructors.md).
+ATTENDEES ?= 4
+workshop-check: $(STAMP)
+	$(PY) tools/workshop_check.py --attendees $(ATTENDEES) $(WORKSHOP_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache

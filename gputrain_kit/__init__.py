@@ -33,8 +33,8 @@ __version__ = _version()
 
 #: Submodules, imported on first use (``kit.memory``, ``kit.check``, ...): importing the kit stays light (PEP 562).
 SUBMODULES = ("activity", "batchnorm", "branches", "check", "checkpoints", "cluster", "counting", "course",
-              "cpu_kernels", "data", "devices", "doctor", "errors", "explainer", "feeding", "gpu_record", "lrscaling",
-              "measure", "memory", "multiworker", "netns", "parallel", "pipeline", "placement", "plots", "processes",
+              "cpu_kernels", "data", "devices", "doctor", "errors", "explainer", "feeding", "gpu_record", "known_traps",
+              "lrscaling", "measure", "memory", "multiworker", "netns", "parallel", "pipeline", "placement", "plots", "processes",
               "replicas", "saving", "scaling", "sharding", "training", "visibility", "widgets")
 
 __all__ = [
@@ -45,7 +45,7 @@ __all__ = [
     "save_verified", "load_verified", "saving", "checkpoints",
     "scaling_model", "scaling", "feeding", "lrscaling",
     "replica_report", "ReplicaHealth", "ReplicaHealthError", "check_batch_plan", "replicas",
-    "SetupError", "SetupReport", "check", "counting", "cpu_kernels", "data", "gpu_record", "parallel", "placement", "plots", "processes",
+    "SetupError", "SetupReport", "check", "counting", "cpu_kernels", "data", "gpu_record", "known_traps", "parallel", "placement", "plots", "processes",
     "training", "multiworker", "launch_local_workers", "WorkerError", "WorkerFailed", "WorkerTimeout",
     "PortInUseError",
     "visibility", "widgets", "__version__", "measure", "batchnorm", "cluster", "sharding",

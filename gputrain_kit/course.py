@@ -9,7 +9,25 @@ from pathlib import Path
 
 from ._args import ArgumentTypeError, short
 
-__all__ = ["notebook_files", "copy_notebooks", "lab_command"]
+__all__ = ["REPOSITORY", "notebook_files", "copy_notebooks", "lab_command", "colab_url", "kaggle_url"]
+
+#: Where the course is published: the notebooks' Colab and Kaggle badges open it, and their first cell installs the
+#: kit from it where it is missing (``tools/platform_cells.py`` writes both; change it here, then run that tool).
+REPOSITORY = "https://github.com/gputrain-kit/gputrain-kit"
+
+
+def _blob(name: str) -> str:
+    return f"{REPOSITORY.removeprefix('https://github.com/')}/blob/main/notebooks/{name}"
+
+
+def colab_url(name: str) -> str:
+    """The address that opens notebook ``name`` (e.g. "00_start_here.ipynb") in Google Colab."""
+    return f"https://colab.research.google.com/github/{_blob(name)}"
+
+
+def kaggle_url(name: str) -> str:
+    """The address that opens notebook ``name`` in a new Kaggle notebook."""
+    return f"https://kaggle.com/kernels/welcome?src={REPOSITORY}/blob/main/notebooks/{name}"
 
 
 def notebook_files() -> list[Path]:

@@ -109,6 +109,22 @@ def check_cpu_kernels() -> Check:
     return Check(INFO, "CPU kernels", f"{kernels.line()}; notebooks 05 and 08 run both families side by side")
 
 
+def check_known_traps(keras_version: str | None = None) -> list[Check]:
+    """The installed Keras against the known multi-GPU traps of the supported range (``known_traps``)."""
+    from .known_traps import traps_for
+
+    checks = []
+    for trap, applies in traps_for(keras_version):
+        name = f"trap {trap.key} ({trap.reported})"
+        if trap.since is None and trap.fixed_in is None:
+            checks.append(Check(INFO, name, f"{trap.title}; {trap.versions()}: {trap.fix}."))
+        elif applies:
+            checks.append(Check(WARN, name, f"this Keras has it: {trap.title} ({trap.symptom}). Fix: {trap.fix}."))
+        else:
+            checks.append(Check(OK, name, f"not in this Keras ({trap.versions()} only)"))
+    return checks
+
+
 def check_packages() -> list[Check]:
     checks = []
     for module, need in (("ipywidgets", (8,)), ("sklearn", (1,)), ("matplotlib", (3,)),
@@ -180,6 +196,8 @@ def run_checks(quick: bool = False) -> list[Check]:
     checks = [check_python()]
     tf_checks = check_tensorflow()
     checks += tf_checks
+    if all(c.status != FAIL for c in tf_checks):
+        checks += check_known_traps()
     checks += check_packages()
     checks.append(check_widgets_extension())
     checks.append(check_memory())

@@ -166,6 +166,27 @@ _ENTRIES = (
         "notebook 08, section 5"),
         (r"custom_gradient decorator currently supports keywords arguments only when eager",)),
     _Entry(Explanation(
+        "dropout-under-mirrored",
+        "Keras 3.7 cannot build a layer that draws random numbers (Dropout, random augmentation) under "
+        "MirroredStrategy.",
+        "The layer's SeedGenerator keeps an integer seed state, and Keras 3.7 creates it with aggregation='mean', "
+        "which a distributed variable of integers does not allow (keras#20611).",
+        "pip install -U 'keras>=3.8', then restart the kernel; `python -m gputrain_kit doctor` lists the traps "
+        "of the installed Keras.",
+        "notebook 00, 'Known traps of your Keras version'"),
+        (r"creating distributed tf\.Variable with aggregation=MEAN and a non-floating dtype is not supported",)),
+    _Entry(Explanation(
+        "jit-compile-under-mirrored",
+        "compile(jit_compile=True) under MirroredStrategy: XLA compiled the step for one device, and it "
+        "tried to read another replica's copy of a variable.",
+        "XLA does not reach variables on other devices (TensorFlow's XLA known issues: a tf.Variable on a "
+        "different device); Keras 3's default jit_compile='auto' turns XLA off under tf.distribute for this "
+        "reason (keras#18627, #20763).",
+        "leave jit_compile at its default ('auto'), or pass jit_compile=False.",
+        "notebook 00, 'Known traps of your Keras version'"),
+        (r"Trying to access resource \S*replica_\d+\S* .*located in device .* from device",
+         r"tfvariable_on_a_different_device")),
+    _Entry(Explanation(
         "out-of-memory",
         "A device ran out of memory.",
         "Each replica holds a whole copy of the model, its gradients and optimizer state, plus the "

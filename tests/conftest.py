@@ -50,6 +50,8 @@ def pytest_configure(config):
                             "has run on parallel processes")
     config.addinivalue_line("markers", "wheel: builds and installs the wheel in a clean venv (minutes); "
                             "`make test-wheel` runs it, `make unit` leaves it out")
+    config.addinivalue_line("markers", "platform: a clean venv with another TensorFlow preinstalled, as on Colab or "
+                            "Kaggle (minutes); `make test-bootstrap` runs it, `make unit` leaves it out")
 
 
 def pytest_collection_modifyitems(config, items):

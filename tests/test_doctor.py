@@ -19,7 +19,7 @@ def test_healthy_machine_passes_with_smoke_test():
     proc = _doctor("doctor")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for fragment in ("TensorFlow", "Keras", "TensorFlow build", "CUDA_VISIBLE_DEVICES", "GPUs",
-                     "JupyterLab widgets extension", "smoke test", "Ready"):
+                     "JupyterLab widgets extension", "smoke test", "trap jit-compile-under-mirrored", "Ready"):
         assert fragment in proc.stdout
 
 

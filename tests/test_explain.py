@@ -162,7 +162,8 @@ def test_every_known_error_has_a_test():
     tested = set(EXPECTED.values()) | {"nccl-one-gpu", "out-of-memory", "collective-shape-mismatch",
                                         "empty-replica-conv", "mwms-keras3-fit",
                                         "non-finite-model",       # test_the_kits_own_refusal_to_save_nan_is_explained
-                                        "remat-scope-traced"}     # test_nb08_truths.py
+                                        "remat-scope-traced",     # test_nb08_truths.py
+                                        "dropout-under-mirrored", "jit-compile-under-mirrored"}  # test_known_traps
     assert set(explainer.KNOWN) == tested
 
 

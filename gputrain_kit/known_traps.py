@@ -1,0 +1,101 @@
+"""Known multi-GPU traps of the Keras versions the kit supports, and which ones the installed Keras has.
+
+Each trap was reproduced on simulated devices (2 logical CPUs, ``MirroredStrategy``) with every Keras from 3.6
+to 3.12 and 3.15 on TensorFlow 2.21, under both CPU kernel families; ``tests/test_known_traps.py`` checks on
+the installed versions that each trap bites exactly where ``applies`` says it does. ``python -m gputrain_kit
+doctor`` lists them for the installed Keras; ``kit.explain`` recognises the errors the loud ones raise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Trap", "TRAPS", "traps_for", "installed_keras"]
+
+Version = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Trap:
+    """One known trap: the Keras versions it bites (``since`` inclusive, ``fixed_in`` exclusive; None: open at that
+    end), what a learner sees, and the fix."""
+
+    key: str
+    title: str
+    reported: str                 # where it was reported or fixed, e.g. "keras#20611"
+    since: Version | None
+    fixed_in: Version | None
+    symptom: str                  # what the learner sees: the error, or "silent: ..."
+    fix: str
+
+    def applies(self, keras_version: str | Version) -> bool:
+        """Whether this Keras version has the trap."""
+        version = _parse(keras_version) if isinstance(keras_version, str) else tuple(keras_version)
+        return ((self.since is None or version >= self.since)
+                and (self.fixed_in is None or version < self.fixed_in))
+
+    def versions(self) -> str:
+        """The affected versions in words: "Keras 3.7", "Keras before 3.8", "every Keras 3 checked"."""
+        if self.since is None and self.fixed_in is None:
+            return "every Keras 3 checked (3.6 to 3.15)"
+        if self.since is None:
+            return f"Keras before {_text(self.fixed_in)}"
+        if self.fixed_in is not None and self.fixed_in[0] == self.since[0] and self.fixed_in[1] - self.since[1] <= 3:
+            minors = range(self.since[1], self.fixed_in[1])
+            return "Keras " + " and ".join(f"{self.since[0]}.{minor}" for minor in minors)
+        if self.fixed_in is None:
+            return f"Keras {_text(self.since)} and later"
+        return f"Keras {_text(self.since)} to {_text(self.fixed_in)} (not included)"
+
+
+def _parse(text: str) -> Version:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def _text(version: Version | None) -> str:
+    return ".".join(map(str, version or ()))
+
+
+TRAPS: tuple[Trap, ...] = (
+    Trap("dropout-under-mirrored",
+         "a model with Dropout (or any layer with a SeedGenerator) cannot be built under MirroredStrategy",
+         "keras#20611", (3, 7), (3, 8),
+         "ValueError: creating distributed tf.Variable with aggregation=MEAN and a non-floating dtype is not "
+         "supported, as the model is built in strategy.scope()",
+         "pip install -U 'keras>=3.8' (Keras 3.6 and 3.8 build it)"),
+    Trap("regularization-training",
+         "a regularization penalty (kernel_regularizer=...) is mis-scaled under MirroredStrategy: the weights "
+         "train differently from one device's",
+         "keras#19891, fixed by keras PR #20609", None, (3, 8),
+         "silent: other weights than on one device, and a larger reported loss",
+         "pip install -U 'keras>=3.10'"),
+    Trap("regularization-reported-loss",
+         "the loss fit and evaluate report counts a regularization penalty once per replica (the training "
+         "itself is right)",
+         "measured here", (3, 8), (3, 10),
+         "silent: the same weights as on one device, a larger loss in history and evaluate",
+         "pip install -U 'keras>=3.10', or compare losses only between runs on the same number of replicas"),
+    Trap("jit-compile-under-mirrored",
+         "compile(jit_compile=True) under MirroredStrategy: XLA compiles the step for one device and cannot "
+         "reach the other replicas' variables",
+         "keras#18627, keras#20763", None, None,
+         "InvalidArgumentError: Trying to access resource .../replica_1/... located in device ...:1 from device "
+         "...:0 (with op determinism on, as after kit.setup, Keras turns jit_compile off with a warning instead)",
+         "leave jit_compile at its default 'auto', which Keras 3 turns off under tf.distribute"),
+)
+
+
+def installed_keras() -> str:
+    """The installed Keras's version (imports Keras)."""
+    import keras
+
+    return str(keras.__version__)
+
+
+def traps_for(keras_version: str | None = None) -> list[tuple[Trap, bool]]:
+    """Every known trap with whether ``keras_version`` (the installed Keras by default) has it."""
+    version = installed_keras() if keras_version is None else keras_version
+    return [(trap, trap.applies(version)) for trap in TRAPS]

@@ -1,0 +1,136 @@
+"""The known multi-GPU traps (gputrain_kit.known_traps) on the installed Keras, on 2 simulated devices, under both
+CPU kernel families: each trap bites exactly where ``Trap.applies`` says, the loud ones are explained by
+``kit.explain``, and the doctor lists them. `make test-versions` runs this file on the oldest supported Keras too.
+"""
+from __future__ import annotations
+
+import pytest
+
+import gputrain_kit as kit
+from gputrain_kit import doctor
+from gputrain_kit.known_traps import TRAPS, Trap, traps_for
+from conftest import last_json, run_python
+
+CHILD = """
+    import json, warnings, numpy as np, tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras, gputrain_kit as kit
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    x = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
+    y = np.random.default_rng(1).normal(size=(64, 1)).astype("float32")
+    out = {"keras": keras.__version__}
+
+    def failure(err):
+        return {"error": type(err).__name__, "explained": kit.explain(err).key}
+
+    # Dropout built under the strategy (keras#20611)
+    try:
+        with strategy.scope():
+            m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dropout(0.2),
+                                  keras.layers.Dense(1)])
+            m.compile("sgd", "mse")
+        m.fit(x, y, epochs=1, batch_size=16, verbose=0)
+        out["dropout"] = "trains"
+    except Exception as err:
+        out["dropout"] = failure(err)
+
+    # An L2 penalty: one device against two replicas, the same data, the same start
+    def regularized():
+        keras.utils.set_random_seed(0)
+        m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(
+            1, kernel_regularizer=keras.regularizers.L2(0.5), kernel_initializer="ones")])
+        m.compile(keras.optimizers.SGD(0.01), "mse")
+        return m
+    one = regularized()
+    with strategy.scope():
+        two = regularized()
+    losses = [m.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0).history["loss"][-1] for m in (one, two)]
+    out["same_weights"] = bool(np.allclose(one.get_weights()[0], two.get_weights()[0], rtol=1e-4, atol=1e-5))
+    out["same_loss"] = bool(np.isclose(losses[0], losses[1], rtol=1e-4))
+
+    # jit_compile=True under the strategy (no op determinism here: a plain script)
+    try:
+        with strategy.scope():
+            m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(1)])
+            m.compile("adam", "mse", jit_compile=True)
+        m.fit(x, y, epochs=1, batch_size=16, verbose=0)
+        out["jit"] = "trains"
+    except Exception as err:
+        out["jit"] = failure(err)
+
+    # ... and after kit-style op determinism: Keras turns jit_compile off itself, with a warning
+    tf.config.experimental.enable_op_determinism()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with strategy.scope():
+            m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(1)])
+            m.compile("adam", "mse", jit_compile=True)
+    m.fit(x, y, epochs=1, batch_size=16, verbose=0)
+    out["jit_deterministic"] = {"jit_compile": m.jit_compile,
+                                "warned": any("jit_compile" in str(w.message) for w in caught)}
+    print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module", params=["1", "0"], ids=["onednn", "eigen"])
+def observed(request):
+    return last_json(run_python(CHILD, env={"TF_ENABLE_ONEDNN_OPTS": request.param}, timeout=300))
+
+
+def _trap(key: str) -> Trap:
+    return next(trap for trap in TRAPS if trap.key == key)
+
+
+def test_dropout_under_mirrored_fails_exactly_where_the_trap_says(observed):
+    if _trap("dropout-under-mirrored").applies(observed["keras"]):
+        assert observed["dropout"] == {"error": "ValueError", "explained": "dropout-under-mirrored"}
+    else:
+        assert observed["dropout"] == "trains"
+
+
+def test_regularization_is_scaled_right_exactly_where_the_traps_say(observed):
+    version = observed["keras"]
+    training, reported = _trap("regularization-training"), _trap("regularization-reported-loss")
+    assert observed["same_weights"] == (not training.applies(version))
+    assert observed["same_loss"] == (not (training.applies(version) or reported.applies(version)))
+
+
+def test_jit_compile_under_mirrored_fails_and_is_explained(observed):
+    assert _trap("jit-compile-under-mirrored").applies(observed["keras"])
+    assert observed["jit"] == {"error": "InvalidArgumentError", "explained": "jit-compile-under-mirrored"}
+    assert observed["jit_deterministic"] == {"jit_compile": False, "warned": True}
+
+
+@pytest.mark.parametrize("version, warned", [
+    ("3.6.0", {"regularization-training"}),
+    ("3.7.0", {"dropout-under-mirrored", "regularization-training"}),
+    ("3.8.0", {"regularization-reported-loss"}),
+    ("3.9.2", {"regularization-reported-loss"}),
+    ("3.10.0", set()),
+    ("3.15.1", set()),
+])
+def test_the_doctor_warns_of_the_traps_of_a_version_and_only_those(version, warned):
+    checks = doctor.check_known_traps(version)
+    assert {c.name.split()[1] for c in checks if c.status == doctor.WARN} == warned
+    assert {c.name.split()[1] for c in checks if c.status == doctor.INFO} == {"jit-compile-under-mirrored"}
+    for check in checks:
+        if check.status == doctor.WARN:
+            assert "pip install -U 'keras>=" in check.detail
+
+
+def test_the_doctor_reads_the_installed_keras():
+    import keras
+
+    assert [(trap.key, applies) for trap, applies in traps_for()] == \
+        [(trap.key, trap.applies(keras.__version__)) for trap in TRAPS]
+    assert kit.known_traps.TRAPS is TRAPS
+
+
+def test_keras_37s_dropout_error_is_explained():
+    """The message Keras 3.7.0 raised here (TensorFlow 2.21, 2 logical CPUs) for a Dropout model built under
+    MirroredStrategy; on a Keras that has the trap, the test above makes it for real."""
+    recorded = ("creating distributed tf.Variable with aggregation=MEAN and a non-floating dtype is not supported, "
+                "please use a different aggregation or dtype")
+    found = kit.explain(ValueError(recorded))
+    assert found.key == "dropout-under-mirrored" and "keras>=3.8" in found.fix
