@@ -297,20 +297,21 @@ class PendingFamilies(BackgroundRun):
     """The same measurements under each CPU kernel family, one family after another in the background
     (``start_measuring_families``): ``.result()`` waits and returns ``{family: {name: MemoryMeasurement}}``."""
 
-    unit = "family"
-    units = "families"
-    bar_label = "families"
+    unit = "measurement"
+    units = "measurements"
+    bar_label = "both families"
 
     def __init__(self, build: Any, levers: Any, batch_size: int, steps: int, families: tuple[str, ...]):
         def work(advance: Any) -> dict[str, dict[str, MemoryMeasurement]]:
             results = {}
-            for done, family in enumerate(families, start=1):
-                results[family] = measure_levers(build, levers, batch_size=batch_size, steps=steps, processes=2,
-                                                 kernels=family)
-                advance(done)
+            for number, family in enumerate(families):
+                before = number * len(levers)        # the bar counts measurements, as each finishes
+                results[family] = measure_levers(
+                    build, levers, batch_size=batch_size, steps=steps, processes=2, kernels=family,
+                    on_result=lambda name, measurement, done, total, before=before: advance(before + done))
             return results
 
-        super().__init__(work, len(families))
+        super().__init__(work, len(families) * len(levers))
 
     def result(self, timeout: float | None = None) -> dict[str, dict[str, MemoryMeasurement]]:
         """Wait for every family (at most ``timeout`` seconds) and return the measurements by family, then name."""

@@ -7,9 +7,10 @@ libraries count once, as in a container's memory limit). If a notebook takes mor
 kernel more than 1.5 GB, or the kernel with its children more than 2 GB (Binder's limit for the
 whole container), its last cell fails with the numbers. Before the first notebook it measures the
 *floor* (a fresh kernel that imports the kit, runs ``setup(devices=4)`` and one TensorFlow op) and
-fails a notebook over 8 times the floor (the goal is 5x; the margin absorbs a noisy machine) once
-that limit is enforced (``perf.FLOOR_RATIO_ENFORCED``, or ``GPUTRAIN_FLOOR_RATIO_LIMIT`` set). A table
-with each notebook's ratio to the floor is printed at the end of the run. Loaded with ``-p nbval_budget`` (tests/ on PYTHONPATH).
+fails a notebook over 12 times the floor, and the last notebook of a whole-course run when the course
+took over 70 times the floor, each limit with the measured run-to-run noise on top (``perf.RATIO_NOISE``;
+issue 33: the goal stays 5x a notebook). A table with each notebook's ratio to the floor is printed at the
+end of the run. Loaded with ``-p nbval_budget`` (tests/ on PYTHONPATH).
 """
 from __future__ import annotations
 
@@ -21,14 +22,16 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
-from perf import (FLOOR_RATIO_ENFORCED, FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT,  # noqa: E402
-                  FLOOR_RUNS, NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S, TREE_BUDGET_BYTES, TreeSampler,
+from perf import (COURSE_RATIO_LIMIT, FLOOR_RATIO_ENFORCED, FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT,  # noqa: E402
+                  FLOOR_RUNS, RATIO_NOISE, ROOT, NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S, TREE_BUDGET_BYTES, TreeSampler,
                   kernel_pid, measure_floor)
 
 # Tests of this plugin lower the limits; nothing else sets these.
 NOTEBOOK_BUDGET_S = float(os.environ.get("GPUTRAIN_NOTEBOOK_BUDGET_S", NOTEBOOK_BUDGET_S))
 FLOOR_RATIO_ENFORCED = FLOOR_RATIO_ENFORCED or "GPUTRAIN_FLOOR_RATIO_LIMIT" in os.environ
 FLOOR_RATIO_LIMIT = float(os.environ.get("GPUTRAIN_FLOOR_RATIO_LIMIT", FLOOR_RATIO_LIMIT))
+COURSE_RATIO_LIMIT = float(os.environ.get("GPUTRAIN_COURSE_RATIO_LIMIT", COURSE_RATIO_LIMIT))
+RATIO_NOISE = float(os.environ.get("GPUTRAIN_RATIO_NOISE", RATIO_NOISE))
 _floor: dict[str, float] = {}
 
 _last_item: dict[str, str] = {}       # notebook path -> nodeid of its last cell
@@ -67,10 +70,19 @@ def floor_ratio_problem(seconds: float, floor: float | None, *, enforced: bool |
     when the limit is enforced."""
     enforced = FLOOR_RATIO_ENFORCED if enforced is None else enforced
     limit = FLOOR_RATIO_LIMIT if limit is None else limit
-    if not floor or not enforced or seconds <= limit * floor:
+    if not floor or not enforced or seconds <= limit * (1 + RATIO_NOISE) * floor:
         return None
     return (f"took {seconds / floor:.1f} times the floor ({seconds:.1f} s vs {floor:.1f} s for a bare "
-            f"kernel that imports the kit; limit {limit:g}x, goal {FLOOR_RATIO_GOAL:g}x)")
+            f"kernel that imports the kit; limit {limit:g}x plus {RATIO_NOISE:.0%} for run-to-run noise, "
+            f"goal {FLOOR_RATIO_GOAL:g}x)")
+
+
+def course_ratio_problem(total: float, floor: float | None) -> str | None:
+    """What is wrong with a whole course that took ``total`` seconds against the ``floor``, or None."""
+    if not floor or total <= COURSE_RATIO_LIMIT * (1 + RATIO_NOISE) * floor:
+        return None
+    return (f"the whole course took {total / floor:.1f} times the floor ({total:.0f} s vs {floor:.1f} s; limit "
+            f"{COURSE_RATIO_LIMIT:g}x plus {RATIO_NOISE:.0%} for run-to-run noise)")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -99,6 +111,11 @@ def pytest_runtest_makereport(item, call):
     over = floor_ratio_problem(seconds, floor)
     if over:
         problems.append(over)
+    course = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))
+    if len(_results) == len(course) and {r[0] for r in _results} == {p.name for p in course}:
+        over = course_ratio_problem(sum(r[1] for r in _results), floor)    # after the last notebook of a whole run
+        if over:
+            problems.append(over)
     if kernel_peak > NOTEBOOK_BUDGET_BYTES:
         problems.append(f"its kernel peaked at {kernel_peak / 1e9:.2f} GB "
                         f"(budget {NOTEBOOK_BUDGET_BYTES / 1e9:.1f} GB)")
@@ -125,12 +142,14 @@ def pytest_terminal_summary(terminalreporter):
     floor = _floor.get("seconds") or float("nan")
     terminalreporter.write_line(f"floor (fresh kernel, import the kit, setup(devices=4), one op; median of {_floor.get('runs', 0):.0f}): "
                                 f"{floor:.1f} s; "
-                                f"goal {FLOOR_RATIO_GOAL:g}x, limit {FLOOR_RATIO_LIMIT:g}x"
-                                + ("" if FLOOR_RATIO_ENFORCED else " (reported, not enforced yet: see tools/perf.py)"))
+                                f"goal {FLOOR_RATIO_GOAL:g}x, limit {FLOOR_RATIO_LIMIT:g}x a notebook and "
+                                f"{COURSE_RATIO_LIMIT:g}x the course, each plus {RATIO_NOISE:.0%} for noise"
+                                + ("" if FLOOR_RATIO_ENFORCED else " (reported, not enforced)"))
     terminalreporter.write_line(f"{'notebook':32} {'wall s':>7} {'x floor':>8} {'kernel GB':>10} "
                                 f"{'with children GB (PSS)':>23}")
     for name, seconds, kernel, tree in _results:
         terminalreporter.write_line(f"{name:32} {seconds:7.1f} {seconds / floor:8.1f} {kernel / 1e9:10.2f} "
                                     f"{tree / 1e9:23.2f}")
     total = sum(seconds for _, seconds, _, _ in _results)
-    terminalreporter.write_line(f"{'all notebooks':32} {total:7.1f} {total / floor:8.1f}")
+    terminalreporter.write_line(f"{'all notebooks':32} {total:7.1f} {total / floor:8.1f}  (limit {COURSE_RATIO_LIMIT:g}x "
+                                "for the whole course)")

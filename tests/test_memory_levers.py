@@ -195,7 +195,8 @@ def test_start_measuring_families_measures_each_family_one_after_another():
     row = pending.progress_bar()
     result = pending.result(timeout=240)
     bar = row.children[0]
-    assert list(result) == ["onednn", "eigen"] and bar.value == bar.max == 2 and repr(row) == "families: 2 of 2 families"
+    assert list(result) == ["onednn", "eigen"] and bar.value == bar.max == 4
+    assert repr(row) == "both families: 4 of 4 measurements"
     for family, measured in result.items():
         assert [m.kernels for m in measured.values()] == [family, family]
         assert measured["SGD"].state_bytes < measured["Adam"].state_bytes

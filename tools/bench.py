@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf import (FLOOR_CELLS, FLOOR_RATIO_ENFORCED, FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT,  # noqa: E402
-                  FLOOR_RUNS, NOTEBOOK_BUDGET_BYTES,
+from perf import (COURSE_RATIO_LIMIT, FLOOR_CELLS, FLOOR_RATIO_ENFORCED, FLOOR_RATIO_GOAL,  # noqa: E402
+                  FLOOR_RATIO_LIMIT, FLOOR_RUNS, NOTEBOOK_BUDGET_BYTES, PROGRESS_GAP_S, RATIO_NOISE,
                   NOTEBOOK_BUDGET_S, ROOT, TREE_BUDGET_BYTES, WIDGET_BUDGET_S, machine, measure_floor,
                   measure_widgets, run_notebook)
 from slow_cells import reason  # noqa: E402
@@ -51,13 +51,20 @@ OUT = ROOT / "docs" / "performance.md"
 
 def main(argv: list[str]) -> int:
     with_unit = "--no-unit" not in argv
-    notebooks = [Path(a) for a in argv[1:] if a != "--no-unit"] or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    repeat = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--repeat=")), 1)
+    notebooks = ([Path(a) for a in argv[1:] if not a.startswith("--")]
+                 or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")))
     info = machine()
     floor = measure_floor()
     print(f"floor (fresh kernel, import the kit, setup(devices=4), one op; median of {FLOOR_RUNS}): {floor:.1f} s", flush=True)
     runs = []
+    spreads: dict[str, list[float]] = {}       # --repeat=N: every run's wall time, for the noise
     for path in notebooks:
-        run = run_notebook(path)
+        times = []
+        for _ in range(repeat):
+            run = run_notebook(path)
+            times.append(run.seconds)
+        spreads[run.name] = times
         runs.append(run)
         flag = "" if run.within_budget else "  OVER BUDGET"
         print(f"{run.name:28} {run.seconds:6.1f} s  {run.seconds / floor:4.1f}x floor  kernel {run.kernel_peak_bytes / 1e9:.2f} GB  "
@@ -96,9 +103,9 @@ def main(argv: list[str]) -> int:
         f"*x floor*: the wall time over the **floor** measured in the same run ({floor:.1f} s here, the median of {FLOOR_RUNS}",
         "fresh kernels): a fresh kernel that runs `" + "`; `".join(c.replace(chr(10) * 2, "; ") for c in FLOOR_CELLS) + "`. Ratios hold on any",
         f"machine: the goal is {FLOOR_RATIO_GOAL:g}x per notebook and {COURSE_RATIO_GOAL:g}x for the whole course;",
-        f"strict nbval prints these ratios; it fails a notebook over {FLOOR_RATIO_LIMIT:g}x "
-        + ("on every run." if FLOOR_RATIO_ENFORCED else "only when asked (GPUTRAIN_FLOOR_RATIO_LIMIT) until every "
-           "notebook is within the goal (a notebook's time varies by half from run to run here)."),
+        f"strict nbval prints these ratios and fails a notebook over {FLOOR_RATIO_LIMIT:g}x and a whole course over "
+        f"{COURSE_RATIO_LIMIT:g}x, each plus {RATIO_NOISE:.0%} for run-to-run noise (issue 33: no claim is cut to "
+        "save seconds; the goal stays the direction)" + ("." if FLOOR_RATIO_ENFORCED else ", when asked."),
         "",
         "| notebook | wall time | x floor | kernel peak | with children | within budget |",
         "|---|---|---|---|---|---|",
@@ -115,6 +122,27 @@ def main(argv: list[str]) -> int:
     cells = sorted(((run.name, *cell) for run in runs for cell in run.cell_seconds), key=lambda c: -c[2])
     for name, index, seconds, first in cells[:5]:
         lines.append(f"| {name} | {index} | {seconds:.1f} s | `{first.replace('|', '/')}` |")
+    waits = {(run.name, index): run.cell_waits.get(index, 0.0) for run in runs for index, _, _ in run.cell_seconds}
+    long_cells = sorted((c for c in cells if c[2] > PROGRESS_GAP_S), key=lambda c: (c[0], c[1]))
+    lines += ["", f"Every cell over {PROGRESS_GAP_S:g} s, and whether it shows progress: the longest the learner waits "
+              "for anything to change (an output line, a widget update such as a progress bar's count) must be at most "
+              f"{PROGRESS_GAP_S:g} s:", "",
+              "| notebook | cell | time | longest wait | shows progress | first line |", "|---|---|---|---|---|---|"]
+    silent = []
+    for name, index, seconds, first in long_cells:
+        wait = waits[(name, index)]
+        if wait > PROGRESS_GAP_S:
+            silent.append(f"{name} cell {index}")
+        lines.append(f"| {name} | {index} | {seconds:.1f} s | {wait:.1f} s | "
+                     f"{'yes' if wait <= PROGRESS_GAP_S else '**NO**'} | `{first[:60].replace('|', '/')}` |")
+    if not long_cells:
+        lines.append(f"| (none over {PROGRESS_GAP_S:g} s) | | | | | |")
+    if repeat > 1:
+        lines += ["", f"Run-to-run noise: each notebook run {repeat} times in a row (wall time, kernel start to last "
+                  "cell); the spread is (slowest - fastest) / fastest:", "",
+                  "| notebook | runs | spread |", "|---|---|---|"]
+        for name, times in spreads.items():
+            lines.append(f"| {name} | {', '.join(f'{t:.1f}' for t in times)} s | {(max(times) - min(times)) / min(times):.0%} |")
     slow = sorted((c for c in cells if c[2] >= SLOW_CELL_S), key=lambda c: (c[0], c[1]))
     lines += ["", f"Every cell over {SLOW_CELL_S:g} s, and why it takes that long (tools/slow_cells.py; the "
               "setup cell's cost is the floor's own):", "",
@@ -169,6 +197,7 @@ def main(argv: list[str]) -> int:
     os.replace(tmp, OUT)
     print(f"wrote {OUT.relative_to(ROOT)}")
     bad = [r.name for r in runs if not r.within_budget]
+    bad += [f"{cell}: no progress for over {PROGRESS_GAP_S:g} s" for cell in silent]
     bad += [n for n, t in widgets["widgets"].items() if t["median_s"] >= WIDGET_BUDGET_S]
     bad += ["widget timing"] if widgets.get("error") else []
     if bad:

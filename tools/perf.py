@@ -19,7 +19,7 @@ import subprocess
 import threading
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,15 +28,19 @@ NOTEBOOK_BUDGET_S = 60.0
 NOTEBOOK_BUDGET_BYTES = 1_500_000_000     # the kernel: 1.5 GB (decimal), as the course promises
 TREE_BUDGET_BYTES = 2_000_000_000         # the kernel with its child processes: Binder's 2 GB container
 WIDGET_BUDGET_S = 0.5
-# Notebooks against the floor: a fresh kernel that imports the kit, runs setup(devices=4) and one
-# TensorFlow op. The goal is 5x per notebook. FLOOR_RATIO_LIMIT (8x, a margin for a noisy machine) is what
-# strict nbval will enforce once the notebooks are within the goal; until then (issue 21: 02, 04, 05 and 07
-# at 8-14x, docs/performance.md) nbval prints the ratios and enforces the limit only when
-# GPUTRAIN_FLOOR_RATIO_LIMIT is set. Enforced on every notebook, it failed notebook 01 (usually 5-6x) at
-# 8.6x in one run: one notebook's time varies by half from run to run on this 2-core machine.
+# Issue 33: no cell runs longer than this without showing progress (a bar with a count, or a line per step).
+PROGRESS_GAP_S = 5.0
+# Notebooks against the floor: a fresh kernel that imports the kit, runs setup(devices=4) and one TensorFlow op.
+# Issue 33 decided: no claim is cut to save seconds; 5x per notebook (and 36x for the course) stays the direction
+# (FLOOR_RATIO_GOAL, bench's COURSE_RATIO_GOAL), and strict nbval enforces what a learner feels: each notebook
+# at most FLOOR_RATIO_LIMIT times the floor (and NOTEBOOK_BUDGET_S), the whole course at most COURSE_RATIO_LIMIT
+# times, both with RATIO_NOISE on top: the run-to-run spread of one notebook's time measured by
+# `make bench BENCH_ARGS="--no-unit --repeat=3"` (docs/performance.md), so that noise alone fails no run.
 FLOOR_RATIO_GOAL = 5.0
-FLOOR_RATIO_LIMIT = 8.0
-FLOOR_RATIO_ENFORCED = False
+FLOOR_RATIO_LIMIT = 12.0
+COURSE_RATIO_LIMIT = 70.0
+RATIO_NOISE = 0.15
+FLOOR_RATIO_ENFORCED = True
 FLOOR_RUNS = 3            # the floor is the median of this many fresh kernels (measure_floor)
 FLOOR_CELLS = ("import gputrain_kit as kit\n\nreport = kit.setup(devices=4)",
                "import tensorflow as tf\n\nfloat(tf.constant(1.0) + 1.0)")
@@ -122,6 +126,9 @@ class NotebookRun:
     tree_peak_bytes: int
     error: str | None = None
     cell_seconds: tuple = ()     # (index, seconds, first line of the source) per code cell
+    # per code cell: the longest the learner waited for anything to change (an output, a line, a widget update),
+    # from the cell's start to its end; a cell over PROGRESS_GAP_S for longer shows no progress meanwhile
+    cell_waits: dict = field(default_factory=dict)
     failed_cell: int | None = None   # the index of the cell that raised, if one did
     notebook: Any = None         # the executed notebook (nbformat), outputs included
 
@@ -154,6 +161,20 @@ def run_notebook(path: Path, timeout: float = 600, *, gpus_visible: bool = False
     error, failed = None, None
     sampler = None
     cells: list[tuple[int, float, str]] = []
+    # When each cell last showed the learner something: outputs, and widget updates (comm messages).
+    events: dict[int, list[float]] = {}
+    output, comm = client.output, client.handle_comm_msg
+
+    def seen_output(outs, msg, display_id, cell_index):
+        events.setdefault(cell_index, []).append(time.monotonic())
+        return output(outs, msg, display_id, cell_index)
+
+    def seen_comm(outs, msg, cell_index):
+        events.setdefault(cell_index, []).append(time.monotonic())
+        return comm(outs, msg, cell_index)
+
+    client.output, client.handle_comm_msg = seen_output, seen_comm
+    waits: dict[int, float] = {}
     try:
         with client.setup_kernel(), contextlib.ExitStack() as watching:
             pid = kernel_pid(client)
@@ -167,8 +188,11 @@ def run_notebook(path: Path, timeout: float = 600, *, gpus_visible: bool = False
                     began = time.monotonic()
                     client.execute_cell(cell, index)
                     if cell.cell_type == "code":
+                        ended = time.monotonic()
                         first = next((line for line in cell.source.splitlines() if line.strip()), "")
-                        cells.append((index, time.monotonic() - began, first[:70]))
+                        cells.append((index, ended - began, first[:70]))
+                        marks = [began, *sorted(t for t in events.get(index, []) if began <= t <= ended), ended]
+                        waits[index] = max(b - a for a, b in zip(marks, marks[1:]))
             except Exception as err:  # a failing notebook is reported, not hidden
                 error, failed = f"{type(err).__name__}: {str(err)[:300]}", index
             finally:
@@ -179,7 +203,7 @@ def run_notebook(path: Path, timeout: float = 600, *, gpus_visible: bool = False
         if gpus_visible and saved is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = saved
     return NotebookRun(path.stem, seconds, sampler.kernel_peak if sampler else 0,
-                       sampler.peak if sampler else 0, error, tuple(cells), failed, nb)
+                       sampler.peak if sampler else 0, error, tuple(cells), waits, failed, nb)
 
 
 def measure_floor(timeout: float = 300, runs: int = FLOOR_RUNS) -> float:

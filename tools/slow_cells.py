@@ -13,6 +13,8 @@ SETUP = ("`kit.setup()`: imports TensorFlow and Keras and splits the CPU into de
 REASONS: dict[tuple[str, str], str] = {
     ("00", "import subprocess, sys"): "`gputrain_kit doctor --quick` in a new process, as a learner runs it: it "
                                       "imports TensorFlow there",
+    ("00", "import re"): "`jit_compile=True` under MirroredStrategy in a new process (TensorFlow imported there, "
+                         "about 4 s): this kernel's op determinism would turn XLA off instead of showing the failure",
     ("01", "strategy = tf.distribute.MirroredStrategy"): "the first fit under MirroredStrategy on 4 devices: the "
         "training and validation steps are traced once per replica; 2 epochs, as the plain model before it",
     ("01", "for probe in kit.counting.probe_locks():"): "4 processes, forked one after another from one "
