@@ -1,11 +1,15 @@
 """Every behaviour notebook 03 shows, checked on the installed TensorFlow/Keras."""
 from __future__ import annotations
 
+from importlib.metadata import version
+
 import pytest
 
 from gputrain_kit import check
 from gputrain_kit.pipeline import bubble_fraction, gpipe_schedule
 from conftest import last_json, run_python
+
+KERAS = tuple(int(part) for part in version("keras").split(".")[:2])
 
 
 def test_construction_time_placement_pins_variables_not_computation_and_call_placement_works():
@@ -73,6 +77,10 @@ def test_mirrored_strategy_keeps_the_whole_model_state_on_every_device():
     assert out["held"] == {f"CPU:{i}": out["state"] for i in range(4)}
 
 
+@pytest.mark.xfail(KERAS < (3, 15), strict=True, reason=(
+    "Keras before 3.15 cannot construct keras.distribution.DataParallel or ModelParallel on the TensorFlow backend: "
+    "their __init__ calls backend distribution_lib.num_processes(), which keras/src/backend/tensorflow/"
+    "distribution_lib.py does not define (AttributeError); 3.15 falls back to one process (hasattr check)"))
 def test_keras_distribution_on_tensorflow_runs_but_does_not_shard():
     proc = run_python("""
         import json, numpy as np, gputrain_kit as kit
@@ -171,6 +179,7 @@ def test_estimate_against_the_allocator_bands_hold_under_both_kernel_families(fa
     assert r["relu_wide"] < 0.9, r        # fewer, wider pairs: 0.68-0.79 measured, still too high
 
 
+@pytest.mark.timing      # shares of measured time: run alone, after the parallel tests (`make unit`)
 @pytest.mark.parametrize("family", ["onednn", "eigen"])
 def test_micro_batches_shrink_the_bubble_as_gpipes_formula_says(family):
     """Notebook 03 section 6: the idle share falls with every doubling of the micro-batches and stays within 0.1

@@ -18,7 +18,9 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 def test_pyproject_dependencies():
     deps = PYPROJECT["project"]["dependencies"]
-    for needed in ("tensorflow>=2.16", "ipywidgets>=8", "jupyterlab>=4", "matplotlib", "scikit-learn"):
+    # the supported range (docs/versions.md, checked by `make test-versions`)
+    for needed in ("tensorflow>=2.18,<2.22", "keras>=3.10", "ipywidgets>=8", "jupyterlab>=4", "matplotlib",
+                   "scikit-learn"):
         assert needed in deps
     extras = PYPROJECT["project"]["optional-dependencies"]
     assert any(d.startswith("pytest") for d in extras["test"]) and any(d.startswith("nbval") for d in extras["test"])
@@ -127,9 +129,11 @@ def test_notebook_conventions(path):
     nb = json.loads(path.read_text())
     cells = nb["cells"]
     src = lambda c: "".join(c["source"])
-    first, second = cells[0], cells[1]
+    first, bootstrap, second = cells[0], cells[1], cells[2]
     assert first["cell_type"] == "markdown" and src(first).startswith("# ")
     assert "Goals" in src(first) and re.search(r"\*\*Time:\*\* about \d+ minutes", src(first))
+    # the Colab/Kaggle install cell (tools/platform_cells.py, tests/test_platform_cells.py), then the setup
+    assert bootstrap["cell_type"] == "code" and bootstrap["metadata"]["tags"] == ["bootstrap"]
     assert second["cell_type"] == "code" and "kit.setup(devices=" in src(second)
     code = [c for c in cells if c["cell_type"] == "code"]
     counts = [c["execution_count"] for c in code]

@@ -34,12 +34,14 @@ PROGRESS_GAP_S = 5.0
 # Issue 33 decided: no claim is cut to save seconds; 5x per notebook (and 36x for the course) stays the direction
 # (FLOOR_RATIO_GOAL, bench's COURSE_RATIO_GOAL), and strict nbval enforces what a learner feels: each notebook
 # at most FLOOR_RATIO_LIMIT times the floor (and NOTEBOOK_BUDGET_S), the whole course at most COURSE_RATIO_LIMIT
-# times, both with RATIO_NOISE on top: the run-to-run spread of one notebook's time measured by
-# `make bench BENCH_ARGS="--no-unit --repeat=3"` (docs/performance.md), so that noise alone fails no run.
+# times, both with RATIO_NOISE on top, so that noise alone fails no run: the largest run-to-run spread of one
+# notebook's wall time measured on the 2-core CI machine, between the two strict-nbval runs of one CI job
+# (2026-11-25: notebook 02 36.9 s and 44.9 s, 22%; the others 0-15%). `make bench BENCH_ARGS="--no-unit
+# --repeat=3"` measures it again (docs/performance.md).
 FLOOR_RATIO_GOAL = 5.0
 FLOOR_RATIO_LIMIT = 12.0
 COURSE_RATIO_LIMIT = 70.0
-RATIO_NOISE = 0.15
+RATIO_NOISE = 0.22
 FLOOR_RATIO_ENFORCED = True
 FLOOR_RUNS = 3            # the floor is the median of this many fresh kernels (measure_floor)
 FLOOR_CELLS = ("import gputrain_kit as kit\n\nreport = kit.setup(devices=4)",
