@@ -30,10 +30,15 @@ class _NoJax:
         return None
 
 
+def _jax_wanted() -> bool:
+    """Keras runs on JAX in this process, or JAX is imported already: then JAX is never refused."""
+    return os.environ.get("KERAS_BACKEND") == "jax" or "jax" in sys.modules
+
+
 def block_jax() -> None:
     """Keep JAX out of this process for good, unless Keras runs on JAX here (KERAS_BACKEND=jax) or JAX is already
     imported: for the kit's child processes, which run TensorFlow only."""
-    if os.environ.get("KERAS_BACKEND") == "jax" or "jax" in sys.modules:
+    if _jax_wanted():
         return
     if not any(isinstance(f, _NoJax) for f in sys.meta_path):
         sys.meta_path.insert(0, _NoJax())        # type: ignore[arg-type]
@@ -42,7 +47,7 @@ def block_jax() -> None:
 @contextlib.contextmanager
 def _jax_kept_out() -> Iterator[None]:
     """JAX refused while the block runs (TensorFlow's import), allowed again after it."""
-    if os.environ.get("KERAS_BACKEND") == "jax" or "jax" in sys.modules:
+    if _jax_wanted():
         yield
         return
     finder = _NoJax()

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .known_traps import version_tuple as _version_tuple
+
 OK, INFO, WARN, FAIL = "ok", "info", "warn", "FAIL"
 
 
@@ -27,14 +29,6 @@ class Check:
 
     def line(self) -> str:
         return f"[{self.status:^4}] {self.name}: {self.detail}"
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
 
 
 def shown_path(path: str | os.PathLike) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Trap", "TRAPS", "traps_for", "installed_keras"]
+__all__ = ["Trap", "TRAPS", "traps_for", "installed_keras", "version_tuple"]
 
 Version = tuple[int, ...]
 
@@ -29,7 +29,7 @@ class Trap:
 
     def applies(self, keras_version: str | Version) -> bool:
         """Whether this Keras version has the trap."""
-        version = _parse(keras_version) if isinstance(keras_version, str) else tuple(keras_version)
+        version = version_tuple(keras_version) if isinstance(keras_version, str) else tuple(keras_version)
         return ((self.since is None or version >= self.since)
                 and (self.fixed_in is None or version < self.fixed_in))
 
@@ -47,7 +47,8 @@ class Trap:
         return f"Keras {_text(self.since)} to {_text(self.fixed_in)} (not included)"
 
 
-def _parse(text: str) -> Version:
+def version_tuple(text: str) -> Version:
+    """A version string as numbers, e.g. "3.10.0rc1" -> (3, 10, 0): the doctor compares versions with it too."""
     parts = []
     for piece in text.split(".")[:3]:
         digits = "".join(ch for ch in piece if ch.isdigit())
