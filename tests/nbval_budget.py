@@ -3,7 +3,8 @@
 While strict nbval runs a notebook in its fresh kernel, this measures the notebook's wall time
 (kernel start to last cell) and the kernel's peak resident memory (VmHWM), and samples the peak
 of the kernel *with its child processes* (notebook 07's workers; proportional set size, so shared
-libraries count once, as in a container's memory limit). If a notebook takes more than 60 s, its
+libraries count once, as in a container's memory limit). If a notebook takes more than 60 s (on a machine
+too slow for that, 12 floors plus the noise: ``perf.wall_limit_s``), its
 kernel more than 1.5 GB, or the kernel with its children more than 2 GB (Binder's limit for the
 whole container), its last cell fails with the numbers. Before the first notebook it measures the
 *floor* (a fresh kernel that imports the kit, runs ``setup(devices=4)`` and one TensorFlow op) and
@@ -24,7 +25,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 from perf import (COURSE_RATIO_LIMIT, FLOOR_RATIO_ENFORCED, FLOOR_RATIO_GOAL, FLOOR_RATIO_LIMIT,  # noqa: E402
                   FLOOR_RUNS, RATIO_NOISE, ROOT, NOTEBOOK_BUDGET_BYTES, NOTEBOOK_BUDGET_S, TREE_BUDGET_BYTES, TreeSampler,
-                  kernel_pid, measure_floor)
+                  kernel_pid, measure_floor, wall_limit_s)
 
 # Tests of this plugin lower the limits; nothing else sets these.
 NOTEBOOK_BUDGET_S = float(os.environ.get("GPUTRAIN_NOTEBOOK_BUDGET_S", NOTEBOOK_BUDGET_S))
@@ -62,6 +63,14 @@ def pytest_runtest_setup(item):
             sampler = TreeSampler(pid)
             sampler.__enter__()
             _state[key]["sampler"] = sampler
+
+
+def wall_limit(floor: float | None) -> float:
+    """The notebook's wall-time budget on this machine (``perf.wall_limit_s`` with this run's limits)."""
+    if "GPUTRAIN_NOTEBOOK_BUDGET_S" in os.environ:      # the plugin's own tests ask for exactly this budget
+        return NOTEBOOK_BUDGET_S
+    return wall_limit_s(floor, budget_s=NOTEBOOK_BUDGET_S,
+                        limit=FLOOR_RATIO_LIMIT if FLOOR_RATIO_ENFORCED else 0.0, noise=RATIO_NOISE)
 
 
 def floor_ratio_problem(seconds: float, floor: float | None, *, enforced: bool | None = None,
@@ -105,9 +114,10 @@ def pytest_runtest_makereport(item, call):
         sampler.__exit__(None, None, None)
         kernel_peak, tree_peak = sampler.kernel_peak, sampler.peak
     _results.append((name, seconds, kernel_peak, tree_peak))
-    if seconds > NOTEBOOK_BUDGET_S:
-        problems.append(f"took {seconds:.1f} s (budget {NOTEBOOK_BUDGET_S:.0f} s)")
     floor = _floor.get("seconds")
+    wall = wall_limit(floor)
+    if seconds > wall:
+        problems.append(f"took {seconds:.1f} s (budget {wall:.0f} s)")
     over = floor_ratio_problem(seconds, floor)
     if over:
         problems.append(over)
@@ -137,8 +147,12 @@ def pytest_runtest_makereport(item, call):
 def pytest_terminal_summary(terminalreporter):
     if not _results:
         return
-    terminalreporter.section(f"notebook performance budget ({NOTEBOOK_BUDGET_S:.0f} s; kernel "
-                             f"{NOTEBOOK_BUDGET_BYTES / 1e9:.1f} GB, with children {TREE_BUDGET_BYTES / 1e9:.1f} GB)")
+    wall = wall_limit(_floor.get("seconds"))
+    terminalreporter.section(f"notebook performance budget ({wall:.0f} s on this machine"
+                             + (f", 60 s where the floor is under {NOTEBOOK_BUDGET_S / FLOOR_RATIO_LIMIT / (1 + RATIO_NOISE):.1f} s"
+                                if wall > NOTEBOOK_BUDGET_S else "")
+                             + f"; kernel {NOTEBOOK_BUDGET_BYTES / 1e9:.1f} GB, with children "
+                             f"{TREE_BUDGET_BYTES / 1e9:.1f} GB)")
     floor = _floor.get("seconds") or float("nan")
     terminalreporter.write_line(f"floor (fresh kernel, import the kit, setup(devices=4), one op; median of {_floor.get('runs', 0):.0f}): "
                                 f"{floor:.1f} s; "

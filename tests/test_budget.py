@@ -110,6 +110,9 @@ def test_floor_ratio_fails_a_notebook_over_12x_plus_the_noise_and_the_course_ove
     assert check(edge - 0.5, 3.0) is None
     assert check(30.0, 3.0, enforced=True, limit=8) is not None and check(30.0, 3.0, enforced=False, limit=8) is None
     assert check(1000.0, None) is None
+    # The wall budget: 60 s where the machine allows it; on a slow machine (Zen 3: floor 7 s) 12 floors plus noise.
+    assert perf.wall_limit_s(3.0) == 60.0 and perf.wall_limit_s(None) == 60.0
+    assert perf.wall_limit_s(7.0) == pytest.approx(12 * (1 + perf.RATIO_NOISE) * 7.0) and perf.wall_limit_s(7.0) > 60
     course = nbval_budget.course_ratio_problem
     assert course(70 * (1 + noise) * 3.0 + 1, 3.0).startswith("the whole course took")
     assert course(70 * (1 + noise) * 3.0 - 1, 3.0) is None

@@ -133,8 +133,11 @@ def test_warmup_schedule_checks_its_arguments():
         batch_sweep([32], scaled=True, warmup_epochs=-1)
 
 
-def test_large_batches_lose_accuracy_and_scaling_recovers_up_to_a_limit():
-    """Notebook 06, section 1, on the notebook's settings (seed 0, 10 epochs)."""
+@pytest.mark.parametrize("family", ["1", "0"], ids=["onednn", "eigen"])
+def test_large_batches_lose_accuracy_and_scaling_recovers_up_to_a_limit(family):
+    """Notebook 06, section 1, on the notebook's settings (seed 0, 10 epochs), under both CPU kernel families
+    (TF_ENABLE_ONEDNN_OPTS forced in the child): the verdicts the notebook prints, with their tolerances in
+    validation images, hold under each (the raw accuracies' last digit does not: an image or two)."""
     proc = run_python("""
         import json, gputrain_kit as kit
         kit.setup(devices=1)
@@ -144,16 +147,17 @@ def test_large_batches_lose_accuracy_and_scaling_recovers_up_to_a_limit():
                           "no_warmup": batch_sweep(b, scaled=True, warmup_epochs=0),
                           "five": batch_sweep([512], scaled=True, warmup_epochs=5),
                           "n_val": len(kit.data.digits()[1][1])}))
-    """)
+    """, env={"TF_ENABLE_ONEDNN_OPTS": family})
     out = last_json(proc)
     plain, scaled, bare = ({int(k): v for k, v in out[key]} for key in ("plain", "scaled", "no_warmup"))
+    images = lambda a, b: round((a - b) * out["n_val"])  # noqa: E731  (the notebook's own tolerance unit)
     five = dict(out["five"])[512]
     assert plain[32] - plain[512] > 0.05 and plain[512] > plain[1024]          # fixed epochs: bigger batch, worse
     assert scaled[32] == plain[32] == bare[32]                  # k = 1: warm-up from eta to eta is the base run
-    assert scaled[128] <= plain[128]                                            # no gain at 128
+    assert images(scaled[128], plain[128]) <= 1                                 # no gain at 128
     assert scaled[512] - plain[512] > 0.03 and plain[32] - scaled[512] < 0.03  # the rule recovers most at 512
-    assert round(abs(scaled[512] - bare[512]) * out['n_val']) <= 1                     # ...warm-up or not: one image
-    assert scaled[1024] < plain[1024] and bare[1024] < plain[1024]              # at 1024 the rule hurts
+    assert abs(images(scaled[512], bare[512])) <= 2                             # ...warm-up or not: an image or two
+    assert images(plain[1024], scaled[1024]) > 5 and images(plain[1024], bare[1024]) > 5   # at 1024 the rule hurts
     assert five < scaled[512] - 0.03                           # Goyal's 5 epochs: half of a 10-epoch run, worse
 
 
