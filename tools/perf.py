@@ -147,10 +147,6 @@ class NotebookRun:
     failed_cell: int | None = None   # the index of the cell that raised, if one did
     notebook: Any = None         # the executed notebook (nbformat), outputs included
 
-    @property
-    def within_budget(self) -> bool:
-        return (self.error is None and self.seconds <= NOTEBOOK_BUDGET_S
-                and self.kernel_peak_bytes <= NOTEBOOK_BUDGET_BYTES and self.tree_peak_bytes <= TREE_BUDGET_BYTES)
 
 
 def run_notebook(path: Path, timeout: float = 600, *, gpus_visible: bool = False,
