@@ -71,7 +71,7 @@ lock:
 
 # Every notebook run in real JupyterLab + Chromium, a screenshot of each in artifacts/browser/ (minutes).
 screenshots: $(STAMP)
-	CUDA_VISIBLE_DEVICES= GPUTRAIN_SCREENSHOTS=1 $(PY) -m pytest tests/test_browser.py -k every_notebook
+	CUDA_VISIBLE_DEVICES= GPUTRAIN_SCREENSHOTS=1 $(PY) -m pytest tests/project/test_browser.py -k every_notebook
 
 # docs/errors.md: every public function's error cases, from tests/error_cases.py (checked by the tests).
 errors-doc: $(STAMP)
@@ -80,12 +80,12 @@ errors-doc: $(STAMP)
 # The wheel without a clone: build it, install it in a clean venv, copy the notebooks out, run notebook 00
 # (minutes: not part of `make test`).
 test-wheel: $(STAMP)
-	$(PY) -m pytest tests/test_wheel.py -m wheel -p no:cacheprovider
+	$(PY) -m pytest tests/project/test_wheel.py -m wheel -p no:cacheprovider
 
 # Colab/Kaggle simulated: a clean venv with another TensorFlow and Keras preinstalled runs a notebook's first cell,
 # which must install the kit without replacing them (minutes: not part of `make test`).
 test-bootstrap: $(STAMP)
-	$(PY) -m pytest tests/test_bootstrap.py -m platform -p no:cacheprovider
+	$(PY) -m pytest tests/project/test_bootstrap.py -m platform -p no:cacheprovider
 
 doctor: $(STAMP)
 	$(PY) -m gputrain_kit doctor

@@ -1,6 +1,6 @@
 """Reading TensorFlow's profiler trace (an XSpace) for ``activity.device_activity``: which function node ran on
 which device, and the op, input-pipeline and GPU-kernel intervals of the trace (the rules are described in
-``activity``'s docstring and pinned to the installed TensorFlow by tests/test_activity.py)."""
+``activity``'s docstring and pinned to the installed TensorFlow by tests/unit/test_activity.py)."""
 from __future__ import annotations
 
 import re

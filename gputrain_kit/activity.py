@@ -12,7 +12,7 @@ trace it wrote (an XSpace, ``*.xplane.pb``) and deletes the folder. What it read
   (``get_function_def``), and every node's requested device is read, walking into the functions it
   calls. A node with no requested device inherits its caller's; at the top it gets the default
   device (GPU 0 if there is one, else CPU 0), which is where TensorFlow's placer puts it.
-  ``tests/test_activity.py`` pins this rule to the installed TensorFlow by comparing it with the
+  ``tests/unit/test_activity.py`` pins this rule to the installed TensorFlow by comparing it with the
   partition graphs TensorFlow reports for the same function.
 - **Input pipeline.** Work on the ``tf.data`` threads is kept apart as the input row.
 - **GPUs.** On a GPU the profiler also writes one plane per physical GPU (``/device:GPU:N``) whose
@@ -324,7 +324,7 @@ class device_activity:
         if len(files) != 1:
             raise RuntimeError(f"device_activity: TensorFlow {tf.__version__}'s profiler wrote {len(files)} "
                                "trace files (*.xplane.pb) where the kit expects one: its output layout changed. "
-                               "Run tests/test_activity.py to see what differs.")
+                               "Run tests/unit/test_activity.py to see what differs.")
         space = xplane_pb2.XSpace()
         with open(files[0], "rb") as f:
             space.ParseFromString(f.read())
@@ -332,7 +332,7 @@ class device_activity:
         if not host:
             raise RuntimeError(f"device_activity: the trace has no '/host:CPU' plane (planes: "
                                f"{[p.name for p in space.planes]}); TensorFlow {tf.__version__}'s profiler "
-                               "output changed. Run tests/test_activity.py to see what differs.")
+                               "output changed. Run tests/unit/test_activity.py to see what differs.")
         # The trace's clock is its own (not time.time()): times count from its first host event.
         t0_ps = min((line.timestamp_ns * 1000 + min(e.offset_ps for e in line.events)
                      for line in host[0].lines if line.events), default=0)

@@ -67,7 +67,7 @@ OUTCOMES = ("silent NaN", "loud NaN", "crash", "healthy")
 #: synchronized (where the kernel families disagree), and the fix that holds under every family, fixed-size
 #: batches, with synchronized BN (its copies stay identical). Notebook 02 shows a Dense model without BN training
 #: through an empty step, notebook 05's sections 3 and 4 drift and the fixes on the Dense model. OTHER_CASES has
-#: the rest of the 14 (tests/test_batchnorm.py runs all of them under both families).
+#: the rest of the 14 (tests/claims/test_batchnorm.py runs all of them under both families).
 DEFAULT_CASES = [
     ("dense", "scale=False", "last step empty"), ("dense", "scale=True", "last step empty"),
     ("conv", "no BN", "last step empty"), ("conv", "scale=True", "last step empty"),

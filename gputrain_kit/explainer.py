@@ -1,7 +1,7 @@
 """TensorFlow's distributed errors in plain words: what happened, why, the fix, and where the course shows it.
 
 ``explain(error)`` matches an exception (or the text of one) against messages produced by the installed
-TensorFlow/Keras in the tests (``tests/test_explain.py`` makes each one for real), and returns an
+TensorFlow/Keras in the tests (``tests/unit/test_explain.py`` makes each one for real), and returns an
 ``Explanation`` whose ``str()`` is two to five sentences; ``None`` for an error it does not know.
 ``with explain_errors(): ...`` re-raises a known error with its explanation attached: a note on
 Python 3.11+ (shown under the traceback), a chained ``ExplainedError`` before.

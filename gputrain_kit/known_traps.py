@@ -1,7 +1,7 @@
 """Known multi-GPU traps of the Keras versions the kit supports, and which ones the installed Keras has.
 
 Each trap was reproduced on simulated devices (2 logical CPUs, ``MirroredStrategy``) with every Keras from 3.6
-to 3.12 and 3.15 on TensorFlow 2.21, under both CPU kernel families; ``tests/test_known_traps.py`` checks on
+to 3.12 and 3.15 on TensorFlow 2.21, under both CPU kernel families; ``tests/claims/test_known_traps.py`` checks on
 the installed versions that each trap bites exactly where ``applies`` says it does. ``python -m gputrain_kit
 doctor`` lists them for the installed Keras; ``kit.explain`` recognises the errors the loud ones raise.
 """

@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
         "# Performance",
         "",
         f"Measured by `make bench` on {dt.date.today().isoformat()}. The budget (checked by `make test` on every",
-        "run: notebooks by the strict-nbval run, widgets by `tests/test_budget.py`): each notebook under",
+        "run: notebooks by the strict-nbval run, widgets by `tests/project/test_budget.py`): each notebook under",
         f"{NOTEBOOK_BUDGET_S:.0f} s (here {wall_limit_s(floor):.0f} s: `perf.wall_limit_s`), its kernel under {NOTEBOOK_BUDGET_BYTES / 1e9:.1f} GB and the kernel with its child "
         f"processes under {TREE_BUDGET_BYTES / 1e9:.1f} GB;",
         f"each widget's median update under {WIDGET_BUDGET_S} s.",
@@ -166,7 +166,7 @@ def main(argv: list[str]) -> int:
         "",
         "Each control changed 20 times in a real kernel; the time from setting the value to the widget's",
         "updated output (the observers run synchronously, figures rendered). The browser's own drawing is",
-        "not included; `tests/test_browser.py` checks that the widgets render in Chromium.",
+        "not included; `tests/project/test_browser.py` checks that the widgets render in Chromium.",
         "",
         "| widget: control | median | slowest | within budget |",
         "|---|---|---|---|",

@@ -3,7 +3,7 @@
     .venv/bin/python tools/make_presets.py
 
 The notebook reads the stored profiles so it never builds InceptionV3 (about 0.5 GB of process
-memory); tests/test_memory.py rebuilds the models and checks the stored numbers.
+memory); tests/unit/test_memory.py rebuilds the models and checks the stored numbers.
 """
 from __future__ import annotations
 

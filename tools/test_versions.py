@@ -42,17 +42,17 @@ TF_DISTRIBUTION = "tensorflow"
 
 # The tests that assert TensorFlow/Keras behaviour (what a notebook claims, the kernels, BatchNorm, the traps).
 CLAIM_TESTS = [
-    "tests/test_nb01_claims.py",
-    "tests/test_nb02_claims.py",
-    "tests/test_nb03_claims.py",
-    "tests/test_nb04_claims.py",
-    "tests/test_nb05_claims.py",
-    "tests/test_nb06.py",
-    "tests/test_nb08_truths.py",
-    "tests/test_cpu_kernels.py",
-    "tests/test_unseen_models.py",
-    "tests/test_batchnorm.py",
-    "tests/test_known_traps.py",  # included where it exists
+    "tests/claims/test_nb01_claims.py",
+    "tests/claims/test_nb02_claims.py",
+    "tests/claims/test_nb03_claims.py",
+    "tests/claims/test_nb04_claims.py",
+    "tests/claims/test_nb05_claims.py",
+    "tests/claims/test_nb06.py",
+    "tests/claims/test_nb08_truths.py",
+    "tests/claims/test_cpu_kernels.py",
+    "tests/unit/test_unseen_models.py",
+    "tests/claims/test_batchnorm.py",
+    "tests/claims/test_known_traps.py",  # included where it exists
 ]
 
 STAMP_NAME = ".installed-versions"

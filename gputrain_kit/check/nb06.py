@@ -7,13 +7,14 @@ from ._common import Verdict, as_number, verdict
 
 
 def nb06_scaled_lr(answer: Any) -> Verdict:
-    """Learning rate 0.05 works at batch 32; by the linear scaling rule, what is it at batch 512?"""
+    """Learning rate 0.05 works at batch 32; by the linear scaling rule, what is it at batch 2048?"""
     from ..lrscaling import linear_scaled_lr
 
-    right = linear_scaled_lr(0.05, 32, 512)
+    right = linear_scaled_lr(0.05, 32, 2048)
     value = as_number(answer)
     return verdict(answer, value is not None and abs(value - right) < 1e-6,
-                   f"{right:g}: the batch grew 16x, so the learning rate grows 16x (with a warm-up).",
+                   f"{right:g}: the batch grew 64x, so the learning rate grows 64x (with a warm-up), if the rule "
+                   "still held there: at 1024 it no longer did for this model.",
                    "Base learning rate x (new batch / base batch).",
                    form=None if value is not None else "Give a number, e.g. 0.1.")
 

@@ -132,7 +132,7 @@ def test_notebook_conventions(path):
     first, bootstrap, second = cells[0], cells[1], cells[2]
     assert first["cell_type"] == "markdown" and src(first).startswith("# ")
     assert "Goals" in src(first) and re.search(r"\*\*Time:\*\* about \d+ minutes", src(first))
-    # the Colab/Kaggle install cell (tools/platform_cells.py, tests/test_platform_cells.py), then the setup
+    # the Colab/Kaggle install cell (tools/platform_cells.py, tests/project/test_platform_cells.py), then the setup
     assert bootstrap["cell_type"] == "code" and bootstrap["metadata"]["tags"] == ["bootstrap"]
     assert second["cell_type"] == "code" and "kit.setup(devices=" in src(second)
     code = [c for c in cells if c["cell_type"] == "code"]

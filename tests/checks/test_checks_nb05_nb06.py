@@ -81,7 +81,7 @@ def test_nb06_ethernet_efficiency():
 
 
 def test_nb06_scaled_lr_and_efficiency_forms():
-    assert check.nb06_scaled_lr("0.8") and check.nb06_scaled_lr(np.float32(0.8))
-    assert check.nb06_scaled_lr("4/5") and not check.nb06_scaled_lr(0.05)
+    assert check.nb06_scaled_lr("3.2") and check.nb06_scaled_lr(np.float32(3.2))
+    assert check.nb06_scaled_lr("16/5") and not check.nb06_scaled_lr(0.05) and not check.nb06_scaled_lr(0.8)
     assert _says(check.nb06_scaled_lr("fast"), "Give a number")
     assert check.nb06_efficiency("96%") and not check.nb06_efficiency("94%") and not check.nb06_efficiency(0.5)

@@ -199,7 +199,7 @@ def test_python_preprocessing_starves_training():
 
 
 def test_nb06_checks():
-    assert check.nb06_scaled_lr(0.8) and not check.nb06_scaled_lr(0.05)
+    assert check.nb06_scaled_lr(3.2) and not check.nb06_scaled_lr(0.8)   # 2048, not the 512 printed above
     right = predict_curve("VGG-16", "PCIe 3.0 x16 (one server)", 64, 4, 0.1)[-1].efficiency
     eight = predict_curve("VGG-16", "PCIe 3.0 x16 (one server)", 64, 8, 0.1)[-1].efficiency
     assert right > eight + 0.01                          # the exercise's answer is not the one printed above it

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import perf  # noqa: E402
 
 
@@ -74,7 +74,7 @@ def test_nbval_budget_plugin_fails_a_notebook_over_its_time(tmp_path):
     nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="done\n")]
     nb.cells[0].execution_count, nb.cells[1].execution_count = 1, 2
     nbformat.write(nb, path)
-    tests = Path(__file__).resolve().parent
+    tests = Path(__file__).resolve().parents[1]        # tests/: nbval_budget.py
 
     def nbval(budget_s: str, ratio: str = "1000") -> subprocess.CompletedProcess:
         env = dict(os.environ, PYTHONPATH=str(tests), GPUTRAIN_NOTEBOOK_BUDGET_S=budget_s,
@@ -99,7 +99,7 @@ def test_nbval_budget_plugin_fails_a_notebook_over_its_time(tmp_path):
 def test_floor_ratio_fails_a_notebook_over_12x_plus_the_noise_and_the_course_over_70x(monkeypatch):
     """Issue 33: a notebook over 12 times the floor fails (plus the measured noise margin), and a whole course
     over 70 times; the goal (5x) stays reported, not enforced."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
     import nbval_budget
 
     assert (perf.FLOOR_RATIO_LIMIT, perf.COURSE_RATIO_LIMIT, perf.FLOOR_RATIO_ENFORCED) == (12.0, 70.0, True)
@@ -108,7 +108,7 @@ def test_floor_ratio_fails_a_notebook_over_12x_plus_the_noise_and_the_course_ove
     edge = 12 * (1 + noise) * 3.0                      # floor 3 s
     assert "times the floor" in check(edge + 0.5, 3.0) and "limit 12x plus" in check(edge + 0.5, 3.0)
     assert check(edge - 0.5, 3.0) is None
-    assert check(30.0, 3.0, enforced=True, limit=8) is not None and check(30.0, 3.0, enforced=False, limit=8) is None
+    assert check(40.0, 3.0, enforced=True, limit=8) is not None and check(40.0, 3.0, enforced=False, limit=8) is None
     assert check(1000.0, None) is None
     # The wall budget: 60 s where the machine allows it; on a slow machine (Zen 3: floor 7 s) 12 floors plus noise.
     assert perf.wall_limit_s(3.0) == 60.0 and perf.wall_limit_s(None) == 60.0

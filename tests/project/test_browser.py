@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("GPUTRAIN_ARTIFACTS", ROOT / "artifacts")) / "browser"
 CHROMIUM = os.environ.get("GPUTRAIN_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 # As root Chromium needs --no-sandbox; the rest keep it off this machine's closed network.

@@ -128,8 +128,16 @@ def test_peak_is_estimated_within_2x(measured, name):
 
 @pytest.mark.parametrize("lever", ["sgd", "bf16", "remat", "accumulate", "big batch"])
 def test_estimate_and_measurement_move_the_same_way(measured, lever):
+    """Every lever, with one condition (notebook 08, issue 29): bfloat16 lowers the measured peak only where oneDNN
+    computes it; where it is emulated (Eigen, or oneDNN on a CPU without AVX-512) the conversions' temporaries
+    raise it, while the estimate (16-bit activations, as on a GPU) goes down."""
+    from gputrain_kit import cpu_kernels
+
     base_m, base_e = measured["adam"]
     m, e = measured[lever]
+    if lever == "bf16" and m.kernels in cpu_kernels.FAMILIES and not cpu_kernels.bf16_by_onednn(m.kernels):
+        assert e.peak < base_e.peak and m.peak_bytes > base_m.peak_bytes, (m, base_m, e.peak, base_e.peak)
+        return
     assert (m.peak_bytes < base_m.peak_bytes) == (e.peak < base_e.peak), (lever, m, base_m, e.peak, base_e.peak)
 
 

@@ -1,5 +1,5 @@
 """Every notebook's Colab/Kaggle badges and its first cell, which installs the kit only where it is missing
-(tools/platform_cells.py writes both; tests/test_bootstrap.py runs the cell in a clean venv)."""
+(tools/platform_cells.py writes both; tests/project/test_bootstrap.py runs the cell in a clean venv)."""
 from __future__ import annotations
 
 import json
