@@ -46,6 +46,13 @@ COURSE_RATIO_LIMIT = 70.0
 RATIO_NOISE = 0.35
 
 
+def notebook_ratio_limit(tf_children: int = 0, *, limit: float = FLOOR_RATIO_LIMIT) -> float:
+    """A notebook's limit in floors: FLOOR_RATIO_LIMIT, plus one floor for each TensorFlow import the notebook
+    starts in a process of its own (the floor is one such import: notebook 05's matrix needs one process per
+    CPU kernel family, 00 and 02 a crash kept out of the kernel). Noise comes on top."""
+    return limit + tf_children
+
+
 def wall_limit_s(floor: float | None, *, budget_s: float = NOTEBOOK_BUDGET_S, limit: float = FLOOR_RATIO_LIMIT,
                  noise: float = RATIO_NOISE) -> float:
     """The seconds a notebook may take on this machine: NOTEBOOK_BUDGET_S (60 s), except on a machine too slow
@@ -91,13 +98,26 @@ def _pss_or_rss(proc) -> int:
         return 0
 
 
+def imported_tensorflow(pid: int) -> bool:
+    """Whether a process has TensorFlow's framework library mapped (it imported TensorFlow)."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+            return any("libtensorflow_framework" in line for line in maps)
+    except OSError:
+        return False
+
+
 class TreeSampler:
-    """Samples the memory of a process and its descendants (summed PSS) every ``interval`` s."""
+    """Samples the memory of a process and its descendants (summed PSS) every ``interval`` s, and counts the
+    process's direct children that imported TensorFlow (``tf_children``): each paid a TensorFlow import, one
+    floor's worth, which the notebook's claim needed (a CPU kernel family, a crash kept apart). Children forked
+    from such a child share its import and are not counted."""
 
     def __init__(self, pid: int, interval: float = 0.2):
         self.pid, self.interval = pid, interval
         self.peak = 0
         self.kernel_peak = 0
+        self._tf_children: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -115,11 +135,22 @@ class TreeSampler:
                 break
             for proc in procs:
                 total += _pss_or_rss(proc)
+            try:
+                for child in root.children(recursive=False):
+                    if child.pid not in self._tf_children and imported_tensorflow(child.pid):
+                        self._tf_children.add(child.pid)
+            except psutil.Error:
+                pass
             self.peak = max(self.peak, total)
             hwm = peak_rss_bytes(self.pid)
             if hwm:
                 self.kernel_peak = max(self.kernel_peak, hwm)
             self._stop.wait(self.interval)
+
+    @property
+    def tf_children(self) -> int:
+        """How many of the process's direct children imported TensorFlow so far."""
+        return len(self._tf_children)
 
     def __enter__(self) -> "TreeSampler":
         self._thread.start()

@@ -116,3 +116,37 @@ def test_floor_ratio_fails_a_notebook_over_12x_plus_the_noise_and_the_course_ove
     course = nbval_budget.course_ratio_problem
     assert course(70 * (1 + noise) * 3.0 + 1, 3.0).startswith("the whole course took")
     assert course(70 * (1 + noise) * 3.0 - 1, 3.0) is None
+
+
+def test_a_tensorflow_import_in_a_child_counts_one_floor_and_a_forked_grandchild_none():
+    """The floor is one TensorFlow import; each direct child of the notebook's kernel that imports TensorFlow
+    (a CPU kernel family's server, a crash kept apart) adds one floor to that notebook's limit. A plain child adds
+    nothing, and neither do the children a TensorFlow child forks (they share its import)."""
+    import os
+    import subprocess
+    import time
+
+    forking = ("import os, time, tensorflow\n"
+               "pid = os.fork()\n"
+               "if pid == 0:\n    time.sleep(1.0); os._exit(0)\n"
+               "os.waitpid(pid, 0)\n")
+    with perf.TreeSampler(os.getpid(), interval=0.05) as sampler:
+        children = [subprocess.Popen([sys.executable, "-c", forking]),
+                    subprocess.Popen([sys.executable, "-c", "import json, time; time.sleep(1.5)"])]
+        for child in children:
+            child.wait(timeout=120)
+        time.sleep(0.2)
+    assert sampler.tf_children == 1
+    assert perf.notebook_ratio_limit(2) == perf.FLOOR_RATIO_LIMIT + 2
+
+
+def test_the_course_limit_counts_the_notebooks_imports(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    import nbval_budget
+
+    noise = nbval_budget.RATIO_NOISE
+    total = 75 * (1 + noise) * 3.0                     # 75 floors: over 70, within 70 + 6 imports
+    assert nbval_budget.course_ratio_problem(total, 3.0, 0) is not None
+    assert nbval_budget.course_ratio_problem(total, 3.0, 6) is None
+    message = nbval_budget.floor_ratio_problem(16 * (1 + noise) * 3.0, 3.0, limit=14, imports=2)
+    assert message and "12 + 2 TensorFlow import(s)" in message
