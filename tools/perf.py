@@ -46,6 +46,14 @@ COURSE_RATIO_LIMIT = 70.0
 RATIO_NOISE = 0.35
 
 
+def widget_budget_s(floor: float | None) -> float:
+    """An explorer's median update budget on this machine: WIDGET_BUDGET_S (0.5 s) where the floor is within
+    what the budgets were set on (3.7 s, as for ``wall_limit_s``), scaled with the floor on a slower machine,
+    and never over 1 s (a Zen 3 with a 7-8 s floor: MemoryExplorer's redraw took 0.63-0.72 s)."""
+    reference = NOTEBOOK_BUDGET_S / (FLOOR_RATIO_LIMIT * (1 + RATIO_NOISE))
+    return min(1.0, WIDGET_BUDGET_S * max(1.0, (floor or 0.0) / reference))
+
+
 def notebook_ratio_limit(tf_children: int = 0, *, limit: float = FLOOR_RATIO_LIMIT) -> float:
     """A notebook's limit in floors: FLOOR_RATIO_LIMIT, plus one floor for each TensorFlow import the notebook
     starts in a process of its own (the floor is one such import: notebook 05's matrix needs one process per

@@ -17,6 +17,12 @@ def timings():
     return perf.measure_widgets(changes=20)
 
 
+@pytest.fixture(scope="module")
+def widget_budget():
+    """0.5 s, scaled with this machine's floor where it is slower than the budgets' (at most 1 s)."""
+    return perf.widget_budget_s(perf.measure_floor(runs=1))
+
+
 @pytest.mark.timing      # widget timings: run alone, after the parallel tests (`make unit`)
 def test_every_explorer_is_measured(timings):
     names = " ".join(timings["widgets"])
@@ -27,10 +33,11 @@ def test_every_explorer_is_measured(timings):
 
 
 @pytest.mark.timing      # widget timings: run alone, after the parallel tests (`make unit`)
-def test_widget_updates_are_under_half_a_second(timings):
+def test_widget_updates_are_under_half_a_second(timings, widget_budget):
+    assert perf.widget_budget_s(3.0) == 0.5 and perf.widget_budget_s(30.0) == 1.0
     slow = {name: round(t["median_s"], 3) for name, t in timings["widgets"].items()
-            if t["median_s"] >= perf.WIDGET_BUDGET_S}
-    assert not slow, f"median update over {perf.WIDGET_BUDGET_S} s: {slow}"
+            if t["median_s"] >= widget_budget}
+    assert not slow, f"median update over {widget_budget:.2f} s on this machine: {slow}"
 
 
 @pytest.mark.timing      # widget timings: run alone, after the parallel tests (`make unit`)
