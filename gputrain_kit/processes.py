@@ -18,10 +18,10 @@ from ._children.protocol import parse
 
 __all__ = ["ChildResult", "ChildError", "run_child", "child_environment", "function_source", "BackgroundRun"]
 
-# What a snippet run by run_child can use: report(...), os and json; TensorFlow's start-up messages kept quiet.
+# What a snippet run by run_child can use: send_back(...) (also named report), os and json; TensorFlow's start-up messages kept quiet.
 _PRELUDE = ("import os, json\n"
             "from gputrain_kit._children.lifecycle import quiet_tensorflow; quiet_tensorflow()\n"
-            "from gputrain_kit._children.protocol import report\n")
+            "from gputrain_kit._children.protocol import report, send_back\n")
 
 
 def child_environment(func: str, env: Mapping[str, str | None] | None,
@@ -51,7 +51,7 @@ class ChildResult:
     returncode: int
     stdout: str
     stderr: str
-    values: dict[str, Any]      # what the child passed to report(...)
+    values: dict[str, Any]      # what the child passed to send_back(...)
 
 
 def function_source(func: str, target: Any, *, what: str, closure_fix: str) -> str:
@@ -159,7 +159,8 @@ def function_with_helpers(func: str, target: Any, *, what: str, closure_fix: str
 def run_child(code: str, *, env: Mapping[str, str | None] | None = None, timeout: float = 120) -> ChildResult:
     """Run ``code`` in a new interpreter of this environment and return what it reported.
 
-    Inside the snippet, ``report(name=value, ...)`` sends JSON-able values back.
+    Inside the snippet, ``send_back(name=value, ...)`` sends JSON-able values back (``report`` is
+    the same function under its older name).
     ``env`` adds variables to the child's environment; a value of None removes one.
     Raises ChildError (with the child's last output lines) when it fails or times out.
     """

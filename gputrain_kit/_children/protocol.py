@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["MARK", "report", "parse"]
+__all__ = ["MARK", "send_back", "report", "parse"]
 
 #: The marker before every line a child reports; any other line of its output is the child's own.
 MARK = "__gputrain_kit__"
@@ -22,12 +22,17 @@ def _jsonable(value: Any) -> Any:
                     f"got {type(value).__name__}: convert it, e.g. float(x) or x.tolist().")
 
 
-def report(**values: Any) -> None:
+def send_back(**values: Any) -> None:
     """Send JSON-able ``values`` (NumPy and TensorFlow values are converted) to the parent process: one write
     per line, so that children writing to one pipe side by side never interleave."""
     line = MARK + json.dumps(values, default=_jsonable) + "\n"
     sys.stdout.flush()
     os.write(1, line.encode())
+
+
+#: The same function under its first name (the kit's own children use it; a notebook's ``report`` is
+#: ``setup()``'s report, so snippets the course shows call ``send_back``).
+report = send_back
 
 
 def parse(line: str) -> dict[str, Any] | None:

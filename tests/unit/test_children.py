@@ -112,3 +112,11 @@ def test_the_queue_serves_in_ticket_order_one_at_a_time():
     for thread in threads:
         thread.join(5)
     assert served == [0, 1, 2, 3, 4]
+
+
+def test_a_run_child_snippet_sends_values_back_under_either_name():
+    """Notebooks name setup()'s report `report`, so the snippets they show call `send_back`; the first name stays."""
+    from gputrain_kit.processes import run_child
+    child = run_child("send_back(a=1, b=[2, 3])\nreport(c='four')\nprint('plain output')")
+    assert child.values == {"a": 1, "b": [2, 3], "c": "four"}
+    assert child.stdout.strip() == "plain output"
