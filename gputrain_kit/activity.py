@@ -173,11 +173,21 @@ class DeviceActivity:
         from the end of its longest pause when that pause is over 40% of it (the first call's wait for tracing,
         the input pipeline's warm-up, the optimizer's first build), then from the end of the first step's
         one-off ops (each over a tenth of the window and 20 times the median op: kernels run for the first time,
-        first allocations). The third value says whether anything was left out."""
+        first allocations). A cut never leaves out all of a device's forward or backward ops: on simulated devices
+        sharing cores one replica often waits for another within a step, and that wait is part of the step, not
+        set-up before it. The third value says whether anything was left out."""
         lo, hi = self.main_window()
         main_ops = self._main_ops()
         if main_ops is None or hi <= lo:
             return lo, hi, False
+        spans_of = {(s, e) for s, e in main_ops}
+        computing = [(d, op_kind(op), s) for d, s, e, op in self.intervals
+                     if (s, e) in spans_of and op_kind(op) in ("forward", "backward")]
+        everyone = {(d, kind) for d, kind, _ in computing}
+
+        def keeps_every_device(cut: float) -> bool:
+            return {(d, kind) for d, kind, s in computing if s >= cut} >= everyone
+
         start = lo
         for _ in range(4):                 # a pause, a one-off op, a pause again: until nothing changes
             before = start
@@ -185,13 +195,13 @@ class DeviceActivity:
             gaps = [(spans[i + 1][0] - spans[i][1], i) for i in range(len(spans) - 1)]
             if gaps:
                 gap, i = max(gaps)
-                if gap > 0.4 * (hi - start):
+                if gap > 0.4 * (hi - start) and keeps_every_device(spans[i + 1][0]):
                     start = spans[i + 1][0]
             ops = sorted(e - s for s, e in main_ops if s >= start)
             if ops:
                 median = ops[len(ops) // 2]
                 one_off = [e for s, e in main_ops if s >= start and e - s > max(20 * median, 0.1 * (hi - start))]
-                if one_off and hi - max(one_off) > 0.3 * (hi - start):
+                if one_off and hi - max(one_off) > 0.3 * (hi - start) and keeps_every_device(max(one_off)):
                     start = max(one_off)
             if start == before:
                 break

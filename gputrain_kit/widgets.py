@@ -5,12 +5,16 @@ so tests can drive it headless: change ``.value`` of a control, read the output.
 """
 from __future__ import annotations
 
+import io
 import warnings
 
 from typing import Any
 
 from ._args import short
 from .visibility import example_uuids, parse_cuda_visible_devices
+
+#: The resolution of the figures the explorers draw as images (Jupyter's inline figures: 100).
+PNG_DPI = 100
 
 __all__ = ["visibility_explorer", "render_visibility", "render_plan", "render_rows", "ScalingExplorer",
            "MemoryExplorer", "memory_verdict", "SplitExplorer", "ScalingModelExplorer"]
@@ -273,7 +277,9 @@ class MemoryExplorer:
                                            description="ZeRO stage (model)", style=wide,
                                            layout=widgets.Layout(width="200px"))
         self.summary = widgets.HTML()
-        self.plot = widgets.Output()
+        # The figure as a PNG in an Image widget: drawn once per change (an Output displaying the figure
+        # drew it twice, to find its tight bounding box, and cleared and re-created the output each time).
+        self.plot = widgets.Image(format="png", layout=widgets.Layout(max_width="100%", height="auto"))
         self.estimate: Any = None                    # the last MemoryEstimate, None after a refused setting
         for control in (self.preset, self.batch, self.devices, self.strategy, self.capacity, self.optimizer,
                         self.precision, self.remat, self.accumulation, self.zero_stage):
@@ -307,15 +313,15 @@ class MemoryExplorer:
         except ValueError as err:
             self.estimate = None
             self.summary.value = f"<p style='color:#b00020'>{html.escape(str(err))}</p>"
-            self.plot.clear_output()
+            self.plot.layout.display = "none"        # no figure for a refused setting
             return
         levers = self.estimate.assumptions[3:]       # after the three that every estimate states
         self.summary.value = (f"<p>{html.escape(memory_verdict(self.estimate, self.capacity.value))}</p>"
                               + "".join(f"<p style='font-size:90%'>{html.escape(a)}</p>" for a in levers))
-        self.plot.clear_output(wait=True)
-        with self.plot:
-            from IPython.display import display
-            display(memory_figure(self.estimate, self.capacity.value))
+        png = io.BytesIO()
+        memory_figure(self.estimate, self.capacity.value).savefig(png, format="png", dpi=PNG_DPI)
+        self.plot.value = png.getvalue()
+        self.plot.layout.display = None
 
     def _ipython_display_(self) -> None:
         from IPython.display import display

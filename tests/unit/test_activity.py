@@ -341,3 +341,27 @@ def test_steady_window_leaves_out_the_set_up_and_the_first_steps_one_off_ops():
     assert cut and lo == 1.0 and hi == steps[-1][1]
     mostly_one_op = [(0.9, 1.0), (1.0, 1.0001)]              # no steps after it to show: keep the whole window
     assert _synthetic(mostly_one_op).steady_window() == (0.9, 1.0001, False)
+
+
+def test_steady_window_keeps_a_replica_that_waited_for_another_within_the_step():
+    """Notebook 02's one-step timeline (ReductionToOneDevice): on simulated devices sharing cores, CPU:1's forward
+    and backward ran 5 ms after CPU:0's. That wait is in the step; cutting at it left CPU:1 with update bars only."""
+    from gputrain_kit.activity import DeviceActivity
+
+    def ops(device, start, kinds):
+        names = {"forward": "dense/MatMul:MatMul", "backward": "gradient_tape/dense/MatMul/MatMul:MatMul",
+                 "update": "adam/update/AssignSubVariableOp:AssignSubVariableOp"}
+        return [(device, start + i * 1e-4, start + i * 1e-4 + 5e-5, names[kind]) for i, kind in enumerate(kinds)]
+
+    set_up = ops("/device:CPU:0", 0.0, ["update"] * 5)                      # first reads, then a pause
+    step = (ops("/device:CPU:0", 0.150, ["forward", "backward"] * 3)
+            + ops("/device:CPU:1", 0.1555, ["forward", "backward"] * 3)
+            + ops("/device:CPU:0", 0.1562, ["update"] * 4) + ops("/device:CPU:1", 0.1562, ["update"] * 4))
+    intervals = sorted(set_up + step, key=lambda i: i[1])
+    activity = DeviceActivity(devices=("/device:CPU:0", "/device:CPU:1"), intervals=intervals,
+                              functions=["train"] * len(intervals), _done=True)
+    lo, hi, cut = activity.steady_window()
+    assert cut and lo == pytest.approx(0.150)                # the set-up and its pause left out, nothing more
+    from gputrain_kit.activity import op_kind
+    kinds = {(d, op_kind(op)) for d, s, _, op in intervals if s >= lo}
+    assert {("/device:CPU:0", "backward"), ("/device:CPU:1", "forward"), ("/device:CPU:1", "backward")} <= kinds
