@@ -237,14 +237,16 @@ class DeviceActivity:
             labels.append("input (host)")
         return labels, bars
 
-    def plot(self, title: str | None = None, ax: Any = None, whole: bool = False, what: str = "the training steps"):
+    def plot(self, title: str | None = None, ax: Any = None, whole: bool = False, what: str = "the training steps",
+             number_by: str | None = None):
         """A matplotlib Figure: one row per device (and one for the input pipeline), ops as bars. It
         shows the steps (``what`` names them on the axis, e.g. "one forward pass"); ``whole=True`` shows the
-        set-up before them too."""
+        set-up before them too. ``number_by``: a regular expression with one group, searched in the ops' names;
+        each device's span of one group value's ops is labelled with it (e.g. ``r"micro_batch_(\d+)/"``)."""
         self._ready("plot()")
         from .plots import activity_figure
 
-        return activity_figure(self, title=title, ax=ax, whole=whole, what=what)
+        return activity_figure(self, title=title, ax=ax, whole=whole, what=what, number_by=number_by)
 
     def __repr__(self) -> str:
         if not self._done:

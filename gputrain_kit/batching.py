@@ -114,7 +114,8 @@ def plan_verdict(plan: list[list[int]]) -> str:
         step, replica = empty[0]
         others = f" (and {len(empty) - 1} more empty slot(s))" if len(empty) > 1 else ""
         return (f"step {step + 1} gives replica {replica} no data{others}: with BatchNormalization that step "
-                "writes NaN into the replica's copy of the moving statistics, and a conv net may crash fit "
+                "writes NaN into the replica's copy of the moving statistics (silently), with its default "
+                "scale=True the NaN can then reach every replica's weights, and a conv net may crash fit "
                 "(it does with TensorFlow's oneDNN CPU kernels, not with its Eigen kernels or on an H100): "
                 "what happens depends on the kernels and the model (notebook 05).")
     uneven = [i for i, sizes in enumerate(plan) if len(set(sizes)) > 1]

@@ -72,7 +72,10 @@ class MemoryEstimate:
         return self.peak <= capacity_gb * 1e9
 
     def __repr__(self) -> str:
-        gb = lambda b: f"{b / 1e9:7.2f} GB"
+        # one unit for the table, the one that reads best for its largest number: a small model is not 0.00 GB
+        unit, size = next((u, s) for u, s in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3), ("B", 1)) if self.peak >= s
+                          or s == 1)
+        gb = lambda b: f"{b / size:7.2f} {unit:>2}"
         lines = [f"{self.strategy} on {self.devices} device(s), batch {self.batch_size}, {self.optimizer}:",
                  f"  {'device':<7}{'params':>11}{'grads':>11}{'optimizer':>11}{'accum.':>11}{'activ.':>11}"
                  f"{'total':>11}"]
@@ -125,11 +128,14 @@ def preset_profile(name: str) -> list[LayerStat]:
     return [LayerStat(*row) for row in table[key]]
 
 
-def split_layers(stats: Sequence[LayerStat], devices: int, costs: Sequence[float] | None = None) -> list[list[int]]:
+def split_layers(stats: Sequence[LayerStat], devices: int, costs: Sequence[float] | None = None, *,
+                 _caller: str = "split_layers") -> list[list[int]]:
     """Consecutive layer indices per device, balancing ``costs`` (default: parameter counts), order kept."""
-    devices = require_int("split_layers", "devices", devices, minimum=1)
+    devices = require_int(_caller, "devices", devices, minimum=1)
     if devices > len(stats):
-        raise ValueError(f"split_layers: cannot split {len(stats)} layer(s) over {devices} devices.")
+        raise ValueError(f"{_caller}: cannot split {len(stats)} layer(s) over devices={devices}: a layer split "
+                         f"gives every device at least one layer. Use at most {len(stats)} device(s), or "
+                         "strategy='data'.")
     costs = [s.params for s in stats] if costs is None else list(costs)
     total = sum(costs) or 1
     groups: list[list[int]] = [[] for _ in range(devices)]
@@ -200,8 +206,10 @@ def _optimizer_key(func: str, optimizer: Any, model: Any) -> str:
     """A key of OPTIMIZER_SLOTS from a name, a Keras optimizer, or (None) the model's compiled optimizer."""
     if optimizer is None:
         optimizer = getattr(model, "optimizer", None) or "adam"     # compiled: its optimizer; otherwise Adam
-    if isinstance(optimizer, str):
-        return str(require_choice(func, "optimizer", optimizer, OPTIMIZER_SLOTS))
+    if isinstance(optimizer, str):                                    # 'Adam' as Keras accepts it
+        lowered = optimizer.strip().lower()
+        return str(require_choice(func, "optimizer", lowered if lowered in OPTIMIZER_SLOTS else optimizer,
+                                  OPTIMIZER_SLOTS))
     inner = getattr(optimizer, "inner_optimizer", optimizer)         # a LossScaleOptimizer holds the real one
     name = type(inner).__name__.lower()
     if name == "sgd":
@@ -290,7 +298,8 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
 
     if strategy == "split":
         costs = [usage([s], batch_size)["total"] for s in stats]          # balance by memory, not params
-        per_device = [usage([stats[i] for i in group], batch_size) for group in split_layers(stats, devices, costs)]
+        per_device = [usage([stats[i] for i in group], batch_size)
+                      for group in split_layers(stats, devices, costs, _caller="estimate_memory")]
     else:
         shares = [-(-batch_size // devices)] * devices if strategy == "data" else [batch_size]
         per_device = [usage(stats, s) for s in shares]

@@ -26,6 +26,7 @@ def scaling_figure(rows: Sequence[dict[str, Any]]):
     speed.set(xlabel="replicas", ylabel="samples/s", title="throughput" + (
         " (simulated: shared CPU cores)" if "simulated" in kinds else ""))
     speed.xaxis.set_major_locator(MaxNLocator(integer=True))          # replica counts are whole numbers
+    speed.set_xlim(0.5, max([4] + [r["replicas"] for r in done]) + 0.5)   # 1 to 4 replicas, even for one point
     acc.set(xlabel="global batch", ylabel="validation accuracy", xscale="log", title="accuracy at fixed epochs")
     batches = sorted({r["global batch"] for r in done})
     if batches:
@@ -38,9 +39,9 @@ def scaling_figure(rows: Sequence[dict[str, Any]]):
         for ax in (speed, acc):                                      # each point labelled with its run
             xkey = "replicas" if ax is speed else "global batch"
             ykey = "samples/s" if ax is speed else "val accuracy"
-            for r in done:
-                ax.annotate(f"{r['replicas']}x{r['per replica']}", (r[xkey], r[ykey]), fontsize=7,
-                            textcoords="offset points", xytext=(4, 3))
+            for r in done:                                           # throughput: the global batch it ran
+                label = f"global {r['global batch']}" if ax is speed else f"{r['replicas']}x{r['per replica']}"
+                ax.annotate(label, (r[xkey], r[ykey]), fontsize=7, textcoords="offset points", xytext=(4, 3))
         acc.legend(title="devices", loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=8)  # outside the data
     fig.tight_layout()
     plt.close(fig)
@@ -154,12 +155,14 @@ def replica_heatmap(report: Any):
 
 
 def activity_figure(activity: Any, title: str | None = None, ax: Any = None, whole: bool = False,
-                    what: str = "the training steps"):
+                    what: str = "the training steps", number_by: str | None = None):
     """One row per device (device 0 on top), each op a bar coloured by what it does, idle time left
     blank; the input pipeline (tf.data threads, on the host) as a last row when it did any work.
     Shows the steps as they run once started (``DeviceActivity.steady_window``: the set-up and first step before
     the function's longest pause left out, and the axis label says so) unless ``whole`` is true; ``what`` names
-    the steps on the axis."""
+    the steps on the axis. ``number_by``: a regular expression with one group, searched in every op's name
+    (e.g. ``r"micro_batch_(\d+)/"`` for ops made under ``tf.name_scope("micro_batch_3")``); each device's span of
+    the ops of one group value is labelled with that value, so pieces of work can be followed across rows."""
     import matplotlib.pyplot as plt
 
     labels, bars = activity.bars()
@@ -181,6 +184,22 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
         if kind == "gradient reduction":           # reductions can last microseconds: mark each one
             ax.plot([x for x, _ in shown], [row - 0.5] * len(shown), linestyle="none", marker="v", markersize=5,
                     color=colours[kind], clip_on=False)
+    if number_by is not None:
+        import re
+
+        pattern = re.compile(number_by)
+        groups: dict[tuple[int, str], list[float]] = {}   # (row, label) -> [busy seconds, busy x centre]
+        for device, start, end, op in activity.intervals:
+            found = pattern.search(op)
+            if found and end >= lo and start <= hi:
+                start, end = max(start, lo), min(end, hi)
+                weight = groups.setdefault((list(activity.devices).index(device), found.group(1)), [0.0, 0.0])
+                weight[0] += end - start
+                weight[1] += (end - start) * ((start + end) / 2 - lo)
+        for (row, label), (busy, moment) in groups.items():
+            if busy > 0:                                 # at the centre of the group's compute, on its bars
+                ax.text(moment / busy * 1e3, row, label, ha="center", va="center", fontsize=9, fontweight="bold",
+                        color="white")
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlim(0, pad * 1e3)

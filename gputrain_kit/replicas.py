@@ -15,7 +15,7 @@ from ._lazy import lazy_attributes
 from .batching import plan_batches, plan_verdict, empty_slots
 
 __all__ = ["ReplicaReport", "replica_report", "ReplicaHealth", "ReplicaHealthError", "check_batch_plan",
-           "EmptyReplicaWarning"]
+           "EmptyReplicaWarning", "UnevenBatchWarning"]
 
 
 @dataclass(frozen=True)
@@ -127,9 +127,14 @@ class EmptyReplicaWarning(UserWarning):
     """The batch plan gives some replica zero samples in some step."""
 
 
+class UnevenBatchWarning(UserWarning):
+    """The first step gives the replicas different batch sizes, which Keras 3's ``fit`` refuses (notebook 02)."""
+
+
 def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_remainder: bool = False,
                      *, via: str = "dataset") -> list[list[int]]:
-    """Warn (EmptyReplicaWarning) before training when some step leaves a replica with no data.
+    """Warn (EmptyReplicaWarning) before training when some step leaves a replica with no data, and
+    (UnevenBatchWarning) when ``fit``'s first step would split unevenly, which Keras 3's ``fit`` refuses.
 
     ``via`` is the input path, as in ``plan_batches``: ``"dataset"`` for ``fit`` and
     ``experimental_distribute_dataset``, ``"function"`` for ``distribute_datasets_from_function``.
@@ -143,6 +148,8 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
                       "BatchNormalization(synchronized=True) is no fix for empty steps (a conv net with it crashed "
                       "with oneDNN CPU kernels in notebook 05); use it against drift, with fixed-size batches.",
                       EmptyReplicaWarning, stacklevel=2)
+    elif via == "dataset" and len(set(plan[0])) > 1:
+        warnings.warn(plan_verdict(plan) + " (notebook 02, section 5)", UnevenBatchWarning, stacklevel=2)
     return plan
 
 

@@ -104,7 +104,7 @@ class Visibility:
         lines = [self.summary]
         explicit = self.device_order is not None or any(n is not None for n in self.numbering)
         for i, (phys, smi) in enumerate(zip(self.visible, self.smi)):
-            where = "a MIG instance" if phys is None else f"physical GPU {phys}"
+            where = "a MIG instance" if phys is None else f"CUDA GPU {phys}"
             if explicit and phys is not None:
                 where += " (nvidia-smi's number unknown)" if smi is None else f" = nvidia-smi GPU {smi}"
             lines.append(f"  /GPU:{i} -> {where}")
@@ -116,7 +116,7 @@ class Visibility:
             elif e.reason:
                 lines.append(f"  entry {e.text!r}: {e.reason}")
         if self.hidden and self.count:
-            lines.append(f"  hidden physical GPUs: {', '.join(map(str, self.hidden))}")
+            lines.append(f"  hidden CUDA GPUs: {', '.join(map(str, self.hidden))}")
         return "\n".join(lines)
 
     def to_html(self) -> str:
@@ -141,7 +141,7 @@ class Visibility:
         dropped = [f"<li><code>{esc(repr(e.text))}</code>: {esc(e.reason)}</li>"
                    for e in self.entries if e.status == "dropped"]
         return (f"<p><b>{esc(self.summary)}</b></p>"
-                "<table><tr><th>physical (CUDA's number)</th><th>nvidia-smi's number</th><th>seen as</th>"
+                "<table><tr><th>CUDA's number</th><th>nvidia-smi's number</th><th>seen as</th>"
                 "<th>why</th></tr>" + "".join(rows) + "</table>"
                 + f"<p><i>{esc(_order_note(self.device_order, self.numbering))}</i></p>"
                 + (f"<p>Ignored entries:</p><ul>{''.join(dropped)}</ul>" if dropped else ""))

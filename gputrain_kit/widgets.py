@@ -137,7 +137,8 @@ class ScalingExplorer:
         self.mode = widgets.ToggleButtons(options=["per replica", "global"], value=mode, description="batch is",
                                           style=wide)
         self.button = widgets.Button(description="Run", button_style="primary", icon="play")
-        self.progress = widgets.IntProgress(value=0, min=0, max=epochs, description="epochs", style=wide)
+        self.progress = widgets.IntProgress(value=0, min=0, max=epochs, description=f"epoch 0 of {epochs}",
+                                            style=wide)
         self.status = widgets.HTML()
         self.split = widgets.HTML()
         self.table = widgets.HTML(render_rows([]))
@@ -146,7 +147,8 @@ class ScalingExplorer:
         self.activity = None
         self.timeline_figure = None
         kind = ("<b>Simulated devices</b>: every replica shares the same CPU cores, so more replicas are "
-                "<i>not</i> expected to be faster; timings show overhead, not GPU speed-ups."
+                "<i>not</i> expected to be faster; timings show overhead, not GPU speed-ups, and vary from run "
+                "to run (run a setting twice before comparing)."
                 if report is None or report.simulated else
                 "<b>Real GPUs</b>: timings are this machine's GPUs.")
         self.kind = widgets.HTML(kind)
@@ -170,8 +172,11 @@ class ScalingExplorer:
         with warnings.catch_warnings():   # the table shows an empty replica: no warning text under it
             warnings.simplefilter("ignore", ArgumentOrderWarning)
             plan = plan_batches(self.n_train, self.global_batch(), int(self.replicas.value))
+        steps = f"{len(plan)} step{'s' if len(plan) != 1 else ''} per epoch"
+        cut = (f" (the batch box stops at {self.n_train}, the training set's size: a larger number is cut to it)"
+               if int(self.batch.value) >= self.n_train else "")
         self.split.value = (f"<p>{self.n_train} training samples, global batch {self.global_batch()} over "
-                            f"{self.replicas.value} replica(s): {len(plan)} steps per epoch.</p>" + render_plan(plan))
+                            f"{self.replicas.value} replica(s): {steps}{cut}.</p>" + render_plan(plan))
 
     def run(self) -> dict[str, Any]:
         """Train with the current controls, append a row, redraw table and plot; return the row."""
@@ -180,10 +185,12 @@ class ScalingExplorer:
         replicas, global_batch = int(self.replicas.value), self.global_batch()
         self.button.disabled = True
         self.progress.value = 0
+        self.progress.description = f"epoch 0 of {self.epochs}"
         self.status.value = f"training on {replicas} replica(s), global batch {global_batch}..."
 
         def on_epoch(done: int, total: int) -> None:
             self.progress.value = done
+            self.progress.description = f"epoch {done} of {total}"
 
         try:
             result = train_digits(replicas, global_batch, epochs=self.epochs, on_epoch=on_epoch, activity=True)
@@ -274,7 +281,7 @@ class MemoryExplorer:
                                              value=accumulation_steps, description="accumulation steps", style=wide,
                                              layout=widgets.Layout(width="200px"))
         self.zero_stage = widgets.Dropdown(options=list(ZERO_STAGES), value=zero_stage,
-                                           description="ZeRO stage (model)", style=wide,
+                                           description="ZeRO stage (modelled)", style=wide,
                                            layout=widgets.Layout(width="200px"))
         self.summary = widgets.HTML()
         # The figure as a PNG in an Image widget: drawn once per change (an Output displaying the figure

@@ -36,6 +36,8 @@ case("estimate_memory", "batch_size", "batch_size=0", "kit.estimate_memory(dense
 case("estimate_memory", "strategy", "an unknown strategy", "kit.estimate_memory(dense, batch_size=8, strategy='model')")
 case("estimate_memory", "zero_stage", "ZeRO without data parallelism", "kit.estimate_memory(dense, batch_size=8, zero_stage=2)")
 case("estimate_memory", "dtype_policy", "a plain float16 policy", "kit.estimate_memory(dense, batch_size=8, dtype_policy='float16')")
+case("estimate_memory", "devices", "a layer split over more devices than layers",
+     "kit.estimate_memory(dense, batch_size=8, strategy='split', devices=12)")
 case("estimate_memory", "model", "a string instead of a model", "kit.estimate_memory('model', batch_size=8)")
 case("estimate_memory", "", "a model that is not built yet", "kit.estimate_memory(unbuilt, batch_size=8)")
 case("estimate_memory", "optimizer", "an optimizer the estimate does not know",

@@ -28,7 +28,7 @@ REASONS: dict[tuple[str, str], str] = {
         "of different sizes: the collision aborts every collective in a process, so not in this kernel",
     ("02", "def one_step(cross_device_ops):"): "two new 2-device models, each traced and then profiled for one "
         "step, for the two timelines",
-    ("02", "for replicas in (1, 4):"): "throughput of 2 epochs on 1 and on 4 replicas: the 2018 post's first "
+    ("02", "speed = {}"): "throughput of 2 epochs on 1 and on 4 replicas: the 2018 post's first "
         "conclusion, measured",
     ("02", "for batch in (32, 512):"): "5 epochs at batch 32 (225 steps) and at 512: the accuracy gap needs "
         "the same epochs for both",

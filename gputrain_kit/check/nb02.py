@@ -36,7 +36,7 @@ def nb02_last_step(answer: Any) -> Verdict:
     right = plan_batches(1438, 384, 8)[-1]
     values = as_int_list(answer)
     return verdict(answer, values == right, f"{right}: ceil(286 / 8) = 36 per replica, filled in order.",
-                   "The last step has 1438 - 3 x 384 samples; each replica takes ceil(samples / 8) in turn.",
+                   "How many samples are left after the full steps? The replicas are filled in order, each up to the same share.",
                    form=None if values is not None and len(values) == 8 else
                    "Give a list of 8 numbers, e.g. [1, 2, 3, 4, 5, 6, 7, 8].")
 

@@ -18,9 +18,25 @@ def twin():
                             + [keras.layers.Dense(16)])
 
 
-def nb08_measured_peak(answer: Any, *, tolerance: float = 0.25) -> Verdict:
+def _bf16_emulated() -> bool:
+    """Whether a fresh process here runs bfloat16 emulated (the family it gets, read without TensorFlow)."""
+    import os
+
+    from .. import cpu_kernels
+
+    forced = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
+    family = ("onednn" if forced in ("1", "true") else "eigen" if forced in ("0", "false")
+              else cpu_kernels.default_family()[0])
+    return not cpu_kernels.bf16_by_onednn(family)
+
+
+def nb08_measured_peak(answer: Any, *, tolerance: float | None = None) -> Verdict:
     """The twin (batch 2048, Adam) with mixed_bfloat16 and 4 accumulation steps: predict its measured peak
-    in MB. Measured (in a fresh process, a few seconds) only once you have answered; within 25% counts."""
+    in MB. Measured (in a fresh process, a few seconds) only once you have answered; within 25% counts, 35%
+    where bfloat16 is emulated (its conversions add temporaries that no estimate from shapes can count, and
+    move the peak from run to run: the solution's estimate sat at the edge of 25% on an AVX2 laptop)."""
+    if tolerance is None:
+        tolerance = 0.35 if _bf16_emulated() else 0.25
     value = as_amount(answer, "MB")
     if answer is Ellipsis or value is None:
         return verdict(answer, False, "", "", form="Give a number of megabytes (1 MB = 1e6 bytes), e.g. 60, or a "
@@ -61,17 +77,25 @@ def nb08_accumulation_to_fit(answer: Any) -> Verdict:
 
 def nb08_devices_without_zero(answer: Any) -> Verdict:
     """The full model, Adam, float32, plain data parallelism (no ZeRO): the fewest devices whose 12 GB
-    cards each hold their share."""
+    cards each hold their share, among the counts that divide the global batch (Keras 3's fit refuses an
+    uneven first step: notebook 02)."""
     value = as_int(answer)
     if value is None:
         return verdict(answer, False, "", "", form="Give a whole number of devices, such as 2.")
     from ..memory import estimate_memory, preset_profile
 
     profile = preset_profile(FULL_MODEL)
-    right = next(n for n in range(1, 65)
-                 if estimate_memory(profile, batch_size=FULL_BATCH, strategy="data", devices=n).fits(CARD_GB))
+
+    def fits(n: int) -> bool:
+        return estimate_memory(profile, batch_size=FULL_BATCH, strategy="data", devices=n).fits(CARD_GB)
+
+    right = next(n for n in range(1, 65) if FULL_BATCH % n == 0 and fits(n))
     gb = estimate_memory(profile, batch_size=FULL_BATCH, strategy="data", devices=right).peak / 1e9
+    hint = ("Every replica holds parameters, gradients and both Adam slots in full; only the batch, and "
+            "so the activations, is divided by the number of devices.")
+    if value > 0 and FULL_BATCH % value:
+        hint = (f"Does {FULL_BATCH:,} split evenly over {value} replicas? Keras 3's fit refuses a first step "
+                "whose replicas get different batch sizes (notebook 02, section 5).")
     return verdict(answer, value == right, f"{right} devices: {gb:.1f} GB each. Every device keeps the whole "
-                   "model state; only the activations are divided.",
-                   "Every replica holds parameters, gradients and both Adam slots in full; only the batch, and "
-                   "so the activations, is divided by the number of devices.")
+                   "model state; only the activations are divided (3 devices would hold 11.5 GB, but 32,768 "
+                   "does not split evenly over 3).", hint)

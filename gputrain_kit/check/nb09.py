@@ -14,7 +14,9 @@ NB09_MLP = [("mlp/d1/kernel", (256, 512), 4), ("mlp/d1/bias", (512,), 4), ("mlp/
 
 def nb09_mesh_ratio(answer: Any) -> Verdict:
     """The MLP on a (4, 2) mesh (batch x model), every kernel's columns split over 'model': how many times less than
-    a full copy does each device hold? (a number, within 0.02)"""
+    a full copy does each device hold? (a number, within 0.02; '1.99x', as MeshExplorer prints it, counts)"""
+    if isinstance(answer, str):
+        answer = answer.strip().removesuffix("less").strip().removesuffix("times").rstrip("x× ")
     value = as_number(answer)
     if value is None:
         return verdict(answer, False, "", "", form="Give a number, e.g. 3.5.")

@@ -272,17 +272,20 @@ def test_scaling_explorer_headless():
         t = time.perf_counter(); e.replicas.value = 2; preview_s = time.perf_counter() - t
         e.batch.value = 64; e.mode.value = "per replica"
         row = e.run()
+        progress_label = e.progress.description
         computed = e.activity.computed()
         shown = e.timeline_figure.axes[0].get_title(loc="left")
         e.mode.value = "global"; e.batch.value = 62; e.replicas.value = 4
         refused = e.run()
         after_refused = [e.activity, e.timeline_figure]
+        e.batch.value = 5000                                  # the box stops at the training set's size
+        whole_set = e.split.value
         from tensorflow.python.profiler import profiler_v2
         profiler_free = profiler_v2._profiler is None
         print(json.dumps({"row": row, "refused": refused, "rows": len(e.rows), "table": e.table.value,
                           "split": e.split.value, "status": e.status.value, "preview_s": preview_s,
                           "computed": computed, "shown": shown, "after_refused": after_refused,
-                          "profiler_free": profiler_free,
+                          "profiler_free": profiler_free, "progress_label": progress_label, "whole_set": whole_set,
                           "progress": [e.progress.value, e.progress.max], "disabled": e.button.disabled,
                           "label_widths": [w.style.description_width for w in (e.replicas, e.batch, e.mode)]}))
     """)
@@ -294,6 +297,8 @@ def test_scaling_explorer_headless():
     assert out["table"].count("<tr>") == 3 and "<td>128</td>" in out["table"]
     assert "Keras 3 fit refuses" in out["split"] and "splits unevenly" in out["status"]
     assert out["preview_s"] < 0.5 and not out["disabled"]
+    assert out["progress_label"] == "epoch 2 of 2"          # the bar says its count (issue 30)
+    assert "global batch 1438 over 4 replica(s): 1 step per epoch (the batch box stops at 1438" in out["whole_set"]
     # The last run's activity: the two replicas' devices computed, and the timeline is shown; a refused
     # run clears it, and the profiler is never left running.
     assert out["computed"] == ["/device:CPU:0", "/device:CPU:1"]

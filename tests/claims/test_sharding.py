@@ -191,6 +191,8 @@ print(json.dumps([[v.path for v in model.weights][0], results]))
 def test_the_exercise_checks_and_the_explorer_arithmetic():
     per_device, full, refused = mesh_bytes(check.NB09_MLP, 2, True)
     assert check.nb09_mesh_ratio(round(full / per_device, 2)) and not check.nb09_mesh_ratio(2.5)
+    ratio = f"{full / per_device:.2f}x"                           # as MeshExplorer prints it
+    assert check.nb09_mesh_ratio(ratio) and check.nb09_mesh_ratio(ratio + " less") and not check.nb09_mesh_ratio("2.5x")
     assert 1.95 < full / per_device < 2.0 and not refused
     assert mesh_bytes(check.NB09_MLP, 8, True)[2] == []          # 16 columns divide by 8
     assert mesh_bytes([("m/d/kernel", (4, 10), 4)], 4, True)[2] == ["m/d/kernel: 10 columns over 4"]

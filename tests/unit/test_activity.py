@@ -365,3 +365,22 @@ def test_steady_window_keeps_a_replica_that_waited_for_another_within_the_step()
     from gputrain_kit.activity import op_kind
     kinds = {(d, op_kind(op)) for d, s, _, op in intervals if s >= lo}
     assert {("/device:CPU:0", "backward"), ("/device:CPU:1", "forward"), ("/device:CPU:1", "backward")} <= kinds
+
+
+def test_a_timeline_numbers_pieces_of_work_by_their_name_scope():
+    """Notebook 03 numbers its micro-batches (`number_by`): each label sits on the bars of its device's ops."""
+    from gputrain_kit.activity import DeviceActivity
+
+    intervals = [("/device:CPU:0", 0.000, 0.010, "micro_batch_1/dense/MatMul:MatMul"),
+                 ("/device:CPU:0", 0.010, 0.020, "micro_batch_2/dense/MatMul:MatMul"),
+                 ("/device:CPU:1", 0.010, 0.020, "micro_batch_1/dense_1/MatMul:MatMul"),
+                 ("/device:CPU:1", 0.0100, 0.0101, "micro_batch_2/dense_1/ReadVariableOp:ReadVariableOp"),
+                 ("/device:CPU:1", 0.020, 0.030, "micro_batch_2/dense_1/MatMul:MatMul"),
+                 ("/device:CPU:0", 0.030, 0.031, "concat:ConcatV2")]
+    activity = DeviceActivity(devices=("/device:CPU:0", "/device:CPU:1"), intervals=intervals,
+                              functions=["f"] * len(intervals), _done=True)
+    ax = activity.plot(whole=True, number_by=r"micro_batch_(\d+)/").axes[0]
+    labels = {(t.get_text(), round(t.get_position()[1])): t.get_position()[0] for t in ax.texts if t.get_text().isdigit()}
+    assert set(labels) == {("1", 0), ("2", 0), ("1", 1), ("2", 1)}        # the concat is no micro-batch
+    assert labels[("1", 0)] == pytest.approx(5.0) and labels[("2", 0)] == pytest.approx(15.0)   # milliseconds
+    assert 24.0 < labels[("2", 1)] < 25.1      # at its compute's centre: a 0.1 ms read 10 ms earlier barely moves it

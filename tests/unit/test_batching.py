@@ -114,3 +114,19 @@ def test_via_argument_errors():
     with pytest.raises(ValueError, match=r"via='function' needs global_batch divisible by replicas, got "
                                          r"global_batch=10 and replicas=4.*e\.g\. 8"):
         plan_batches(100, 10, 4, via="function")
+
+
+def test_check_batch_plan_warns_before_an_uneven_first_step_that_fit_refuses():
+    """A newcomer's check_batch_plan(1000, 62, 4) said nothing, though fit then refuses [16, 16, 16, 14] (notebook 02)."""
+    import warnings
+
+    from gputrain_kit.replicas import EmptyReplicaWarning, UnevenBatchWarning, check_batch_plan
+
+    with pytest.warns(UnevenBatchWarning, match=r"step 1 splits unevenly \[16, 16, 16, 14\].*Keras 3 fit refuses"):
+        assert check_batch_plan(1000, 62, 4)[0] == [16, 16, 16, 14]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_batch_plan(1000, 64, 4)                          # an even first step: no warning
+        check_batch_plan(1001, 64, 4)                          # an uneven *last* step, which fit accepts
+    with pytest.warns(EmptyReplicaWarning, match="default scale=True the NaN can then reach every replica"):
+        check_batch_plan(1030, 64, 4)

@@ -132,7 +132,7 @@ def test_explorer_uuid_prefixes_follow_the_board_not_the_number():
 
     value = UUIDS[5][:8] + "," + UUIDS[2][:8]
     assert value == "GPU-2e1e,GPU-c242"
-    assert "/GPU:0 -> physical GPU 5" in repr(parse_cuda_visible_devices(value, UUIDS))
+    assert "/GPU:0 -> CUDA GPU 5" in repr(parse_cuda_visible_devices(value, UUIDS))
     box = visibility_explorer(n_gpus=8, value=value)
     assert isinstance(box.order, widgets.RadioButtons)
     assert "prefix of GPU 1&#x27;s UUID" in box.table.value and "prefix of GPU 6&#x27;s UUID" in box.table.value
