@@ -218,6 +218,13 @@ def _users_model(func: str, build: Any, data: Any, batch_size: Any, loss: Any) -
                          "Pass more data or a smaller batch_size.")
     if loss is not None:
         loss = require_str(func, "loss", loss)
+        import keras                                         # a misspelt loss is the user's, not the trap's:
+
+        try:                                                 # refused here, before any case starts
+            keras.losses.get(loss)
+        except ValueError:
+            raise ValueError(f"{func}: loss={loss!r} is not a Keras loss name; pass one such as "
+                             "'sparse_categorical_crossentropy' or 'mse' (what compile(loss=...) accepts).") from None
     # Whole batches and a last batch of DEVICES - 1 samples: split [1, 1, 1, 0], one replica gets none.
     n = (len(x) - (DEVICES - 1)) // batch_size * batch_size + DEVICES - 1
     return _UsersModel(source, build.__name__, x[:n], y[:n], batch_size, loss or "")

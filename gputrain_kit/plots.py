@@ -178,8 +178,10 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
         hi = max(e for _, e, _ in activity.input_intervals)
     pad = max(hi - lo, 1e-6)
     min_width = pad / 1500                        # a 10-microsecond op is still a visible line
+    drawn_to = 0.0                                # the axis ends where the last bar does
     for (row, kind), spans in bars.items():
         shown = [((s - lo) * 1e3, max(e - s, min_width) * 1e3) for s, e in spans if e >= lo and s <= hi]
+        drawn_to = max([drawn_to] + [min(x + w, pad * 1e3) for x, w in shown])
         ax.broken_barh(shown, (row - 0.38, 0.76), facecolors=colours[kind], linewidth=0)
         if kind == "gradient reduction":           # reductions can last microseconds: mark each one
             ax.plot([x for x, _ in shown], [row - 0.5] * len(shown), linestyle="none", marker="v", markersize=5,
@@ -202,7 +204,7 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
                         color="white")
     ax.set_yticks(range(len(rows)), labels)
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlim(0, pad * 1e3)
+    ax.set_xlim(0, drawn_to * 1.01 if drawn_to > 0 else pad * 1e3)
     kind_text = ("simulated devices: logical CPUs sharing the same cores, so this shows placement and order, "
                  "not GPU speed" if activity.simulated else "GPUs")
     ax.set_xlabel("milliseconds" + ("" if whole else f" ({what}" + (

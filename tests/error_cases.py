@@ -83,6 +83,8 @@ case("batchnorm.run_cases", "data", "data as a list, not a tuple (x, y)",
      "kit.batchnorm.run_cases(build=functional, data=[np.zeros((99, 4)), np.zeros(99)])")
 case("batchnorm.run_cases", "data", "x and y of different lengths",
      "kit.batchnorm.run_cases(build=functional, data=(np.zeros((99, 4)), np.zeros(98)))")
+case("batchnorm.run_cases", "loss", "a misspelt loss (it crashed every case as if it were the trap)",
+     "kit.batchnorm.run_cases(build=functional, data=(np.zeros((99, 4)), np.zeros(99)), loss='sparse_categorial')")
 case("batchnorm.start_cases", "data", "too few samples for a last step with an empty replica",
      "kit.batchnorm.start_cases(build=functional, data=(np.zeros((40, 4)), np.zeros(40)), batch_size=64)")
 case("batchnorm.run_cases", "cases", "a kit case for your own model",

@@ -183,7 +183,8 @@ def test_estimate_against_the_allocator_bands_hold_under_both_kernel_families(fa
 @pytest.mark.parametrize("family", ["onednn", "eigen"])
 def test_micro_batches_shrink_the_bubble_as_gpipes_formula_says(family):
     """Notebook 03 section 6: the idle share falls with every doubling of the micro-batches and stays within 0.1
-    of (S-1)/(M+S-1), the median of three recordings; here also with stages of another width and depth."""
+    of (S-1)/(M+S-1), the median of five recordings (three flipped 4 and 8 micro-batches once under oneDNN on a
+    Zen 3); here also with stages of another width and depth."""
     proc = run_python("""
         import json, gputrain_kit as kit
         kit.setup(devices=2)
@@ -216,11 +217,11 @@ def test_micro_batches_shrink_the_bubble_as_gpipes_formula_says(family):
                 step = pipelined(m)
                 step(batch)
                 runs = []
-                for _ in range(3):
+                for _ in range(5):
                     with kit.device_activity([d1, d2]) as a:
                         step(batch).numpy()
                     runs.append(a.idle_fraction())
-                shares.append(sorted(runs)[1])
+                shares.append(sorted(runs)[2])
             out[f"{width}x{depth}"] = shares
         print(json.dumps(out))
     """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
