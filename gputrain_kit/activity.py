@@ -242,7 +242,7 @@ class DeviceActivity:
         """A matplotlib Figure: one row per device (and one for the input pipeline), ops as bars. It
         shows the steps (``what`` names them on the axis, e.g. "one forward pass"); ``whole=True`` shows the
         set-up before them too. ``number_by``: a regular expression with one group, searched in the ops' names;
-        each device's span of one group value's ops is labelled with it (e.g. ``r"micro_batch_(\d+)/"``)."""
+        each device's span of one group value's ops is labelled with it (e.g. ``r"micro_batch_(\\d+)/"``)."""
         self._ready("plot()")
         from .plots import activity_figure
 

@@ -161,7 +161,7 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
     Shows the steps as they run once started (``DeviceActivity.steady_window``: the set-up and first step before
     the function's longest pause left out, and the axis label says so) unless ``whole`` is true; ``what`` names
     the steps on the axis. ``number_by``: a regular expression with one group, searched in every op's name
-    (e.g. ``r"micro_batch_(\d+)/"`` for ops made under ``tf.name_scope("micro_batch_3")``); each device's span of
+    (e.g. ``r"micro_batch_(\\d+)/"`` for ops made under ``tf.name_scope("micro_batch_3")``); each device's span of
     the ops of one group value is labelled with that value, so pieces of work can be followed across rows."""
     import matplotlib.pyplot as plt
 
@@ -207,8 +207,12 @@ def activity_figure(activity: Any, title: str | None = None, ax: Any = None, who
     ax.set_xlim(0, drawn_to * 1.01 if drawn_to > 0 else pad * 1e3)
     kind_text = ("simulated devices: logical CPUs sharing the same cores, so this shows placement and order, "
                  "not GPU speed" if activity.simulated else "GPUs")
-    ax.set_xlabel("milliseconds" + ("" if whole else f" ({what}" + (
-        "; what ran before them, set-up and first-run ops, left out)" if cut else ")")))
+    label = "milliseconds"
+    if not whole:
+        label += f" ({what}" + ("; what ran before them, set-up and first-run ops, left out)" if cut else ")")
+    elif what != "the training steps":            # a recording of exactly this work: all of it shown
+        label += f" ({what})"
+    ax.set_xlabel(label)
     ax.set_title(title or "which device computed what", fontsize=10, loc="left", pad=16)
     ax.text(0.0, 1.02, kind_text, transform=ax.transAxes, ha="left", va="bottom", fontsize=7, color="0.35")
     from matplotlib.patches import Patch

@@ -95,8 +95,13 @@ def unit_slip(value: float, right: float, unit: str, tolerance: float) -> str | 
     return None
 
 
-def as_int(answer: Any) -> int | None:
-    """A whole number from any form ``as_number`` reads (7, 7.0, np.int64(7), '7'); None otherwise."""
+def as_int(answer: Any, *, units: tuple[str, ...] = ()) -> int | None:
+    """A whole number from any form ``as_number`` reads (7, 7.0, np.int64(7), '7'); None otherwise. ``units``: words
+    a string may end with ('4 devices' where units=('device', 'devices'))."""
+    if isinstance(answer, str) and units:
+        words = answer.split()
+        if len(words) == 2 and words[1].lower() in units:
+            answer = words[0]
     value = as_number(answer)
     return int(value) if value is not None and float(value).is_integer() else None
 

@@ -9,13 +9,13 @@ _NUMBER = "Give a whole number, e.g. 3."
 
 
 def nb01_physical_behind(answer: Any) -> Verdict:
-    """With CUDA_VISIBLE_DEVICES=3,1 on an 8-GPU server, which physical GPU is TensorFlow's /GPU:1?"""
+    """With CUDA_VISIBLE_DEVICES=3,1 on an 8-GPU server, which CUDA GPU is TensorFlow's /GPU:1?"""
     from ..visibility import parse_cuda_visible_devices
 
     right = parse_cuda_visible_devices("3,1", 8).physical_of(1)
     value = as_int(answer)
     return verdict(answer, value == right,
-                   f"/GPU:1 is physical GPU {right}: visible devices are renumbered in list order.",
+                   f"/GPU:1 is CUDA GPU {right}: visible devices are renumbered in list order.",
                    "Visible devices are renumbered in the order they are listed.",
                    form=None if value is not None else _NUMBER)
 
@@ -43,7 +43,7 @@ def nb01_locking_call(answer: Any) -> Verdict:
 
 
 def nb01_visible_after_drop(answer: Any) -> Verdict:
-    """With CUDA_VISIBLE_DEVICES='5,4gpu,9,2' on an 8-GPU server, which physical GPUs are visible, in
+    """With CUDA_VISIBLE_DEVICES='5,4gpu,9,2' on an 8-GPU server, which CUDA GPUs are visible, in
     TensorFlow's order? (a list)"""
     values = as_int_list(answer)
     if values is None:

@@ -60,7 +60,7 @@ def nb08_measured_peak(answer: Any, *, tolerance: float | None = None) -> Verdic
 def nb08_accumulation_to_fit(answer: Any) -> Verdict:
     """The full model, Adam, float32, one device: the fewest accumulation steps (a power of 2) that fit a
     12 GB card."""
-    value = as_int(answer)
+    value = as_int(answer, units=("step", "steps"))
     if value is None:
         return verdict(answer, False, "", "", form="Give a whole number of steps, such as 2.")
     from ..memory import estimate_memory, preset_profile
@@ -79,7 +79,7 @@ def nb08_devices_without_zero(answer: Any) -> Verdict:
     """The full model, Adam, float32, plain data parallelism (no ZeRO): the fewest devices whose 12 GB
     cards each hold their share, among the counts that divide the global batch (Keras 3's fit refuses an
     uneven first step: notebook 02)."""
-    value = as_int(answer)
+    value = as_int(answer, units=("device", "devices", "gpu", "gpus"))
     if value is None:
         return verdict(answer, False, "", "", form="Give a whole number of devices, such as 2.")
     from ..memory import estimate_memory, preset_profile

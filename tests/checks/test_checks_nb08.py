@@ -26,7 +26,7 @@ def test_the_full_model_is_the_twin_scaled_16_times_in_width():
     assert 250 < ratio < 257                      # every part about 1/256 (biases and the head scale less)
 
 
-@pytest.mark.parametrize("answer", [8, "8", 8.0, np.int64(8), "16/2"])
+@pytest.mark.parametrize("answer", [8, "8", 8.0, np.int64(8), "16/2", "8 steps"])
 def test_accumulation_to_fit_right_in_every_form(answer):
     assert check.nb08_accumulation_to_fit(answer)
 
@@ -39,7 +39,7 @@ def test_accumulation_to_fit_is_the_first_power_of_two_that_fits():
         assert not v and repr(v).startswith("Not yet.") and "8" not in repr(v)
 
 
-@pytest.mark.parametrize("answer", [4, "4", np.int32(4)])
+@pytest.mark.parametrize("answer", [4, "4", np.int32(4), "4 devices", "4 GPUs"])
 def test_devices_without_zero_right(answer):
     assert check.nb08_devices_without_zero(answer)
 
