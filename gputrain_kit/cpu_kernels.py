@@ -28,7 +28,7 @@ from typing import Iterable
 from ._args import require_choice
 
 __all__ = ["FAMILIES", "FAMILY_NAMES", "CpuKernels", "AllocatorStatsError", "cpu_features", "default_family",
-           "native_bf16", "onednn_bf16", "bf16_by_onednn", "detect", "family_env", "use_bfc_allocator", "require_allocator_stats"]
+           "expected_family", "native_bf16", "onednn_bf16", "bf16_by_onednn", "detect", "family_env", "use_bfc_allocator", "require_allocator_stats"]
 
 #: The two CPU kernel families, as the kit names them.
 FAMILIES = ("onednn", "eigen")
@@ -120,6 +120,18 @@ def default_family(features: Iterable[str] | None = None, system: str | None = N
         return "onednn", f"TensorFlow's default on this CPU: it has {', '.join(has)}"
     return "eigen", ("TensorFlow's default on this CPU: it has none of AVX512-VNNI, AVX512-BF16, AVX-VNNI, "
                      "AMX (AVX2 only, say)")
+
+
+def expected_family(environ: dict[str, str] | None = None) -> str:
+    """The family a fresh process started with ``environ`` (default: this one's) gets: ``TF_ENABLE_ONEDNN_OPTS``
+    when it forces one, else ``default_family()``. Read without importing TensorFlow (``detect`` asks the running
+    TensorFlow instead)."""
+    forced = (os.environ if environ is None else environ).get(_ENV, "").strip().lower()
+    if forced in ("1", "true"):
+        return "onednn"
+    if forced in ("0", "false"):
+        return "eigen"
+    return default_family()[0]
 
 
 @dataclass(frozen=True)

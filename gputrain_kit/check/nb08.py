@@ -20,14 +20,9 @@ def twin():
 
 def _bf16_emulated() -> bool:
     """Whether a fresh process here runs bfloat16 emulated (the family it gets, read without TensorFlow)."""
-    import os
-
     from .. import cpu_kernels
 
-    forced = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
-    family = ("onednn" if forced in ("1", "true") else "eigen" if forced in ("0", "false")
-              else cpu_kernels.default_family()[0])
-    return not cpu_kernels.bf16_by_onednn(family)
+    return not cpu_kernels.bf16_by_onednn(cpu_kernels.expected_family())
 
 
 def nb08_measured_peak(answer: Any, *, tolerance: float | None = None) -> Verdict:

@@ -189,3 +189,13 @@ def test_matrix_side_by_side_and_outcome_by_family():
     assert m.outcome(*a, kernels="eigen").outcome == "healthy"
     with pytest.raises(ValueError, match="name one: kernels='onednn'"):
         m.outcome(*a)
+
+
+def test_expected_family_reads_the_forcing_variable_without_tensorflow():
+    """What a fresh process will run, as notebook 08's exercise check needs it before measuring in one."""
+    from gputrain_kit import cpu_kernels
+
+    assert cpu_kernels.expected_family({"TF_ENABLE_ONEDNN_OPTS": "1"}) == "onednn"
+    assert cpu_kernels.expected_family({"TF_ENABLE_ONEDNN_OPTS": " False "}) == "eigen"
+    assert cpu_kernels.expected_family({}) == cpu_kernels.default_family()[0]
+    assert cpu_kernels.expected_family({"TF_ENABLE_ONEDNN_OPTS": "maybe"}) == cpu_kernels.default_family()[0]
