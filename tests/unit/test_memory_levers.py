@@ -361,15 +361,17 @@ def test_memory_explorer_levers_headless():
 def test_measure_memory_takes_every_optimizer_the_estimate_knows():
     """'sgd-momentum' (one slot per parameter) is measured as SGD(momentum=0.9), as estimate_memory counts it.
 
-    Momentum's step keeps some scratch between steps (on a 1.6 MB model 0.5 to 1.5 MB more, a different amount
-    each step; on this 6.4 MB one 2 MB, steadily): the model is large enough for one slot to stand out of it."""
+    What the allocator holds between steps also has none to two pieces of scratch, each about 0.31 of the
+    parameters (1920 of the Dense kernel's 6272 rows, whatever the model's width; both kernel families, 1 to 8
+    threads): SGD held 0 or 1, momentum 1, Adam 1 or 2 (2.61 slots in CI). The bands below allow it and still
+    tell one slot from two."""
     r = measure_levers(wide_conv, {"sgd": {"optimizer": "sgd"}, "momentum": {"optimizer": "sgd-momentum"},
                                    "adam": {}}, batch_size=32)
     params = (3 * 3 * 3 * 32 + 32 + 14 * 14 * 32 * 256 + 256 + 256 * 4 + 4) * 4
     sgd, momentum, adam = (r[k].state_bytes for k in ("sgd", "momentum", "adam"))
     assert sgd < momentum < adam
-    assert 0.8 * params <= momentum - sgd <= 1.5 * params, (r, params)      # one slot per parameter
-    assert 1.6 * params <= adam - sgd <= 2.6 * params, (r, params)          # Adam: two
+    assert 0.65 * params <= momentum - sgd <= 1.65 * params, (r, params)    # one slot per parameter
+    assert 1.65 * params <= adam - sgd <= 2.7 * params, (r, params)         # Adam: two
 
 
 HELPERS = '''
