@@ -69,6 +69,12 @@ class MemoryEstimate:
         return max(d["total"] for d in self.per_device)
 
     def fits(self, capacity_gb: float) -> bool:
+        """Whether the fullest device's estimate fits a card of ``capacity_gb`` GB (10^9 bytes)."""
+        import numbers
+
+        if isinstance(capacity_gb, bool) or not isinstance(capacity_gb, numbers.Real) or capacity_gb <= 0:
+            raise TypeError(f"MemoryEstimate.fits: capacity_gb must be a card's size in GB, a positive number such "
+                            f"as 12, got {capacity_gb!r} ({type(capacity_gb).__name__}).")
         return self.peak <= capacity_gb * 1e9
 
     def __repr__(self) -> str:

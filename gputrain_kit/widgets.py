@@ -235,6 +235,10 @@ def memory_verdict(estimate: Any, capacity_gb: float) -> str:
             f"{'fits' if fits else 'OUT OF MEMORY'}; mostly {what}.")
 
 
+# The batch each MemoryExplorer preset comes with: the article's 32 images; notebook 08's 32,768 tokens.
+PRESET_BATCHES = {"inception_v3": 32, "dense_stack": 32, "resnet50": 32, "dense_stack_08": 32768, "digits": 64}
+
+
 class MemoryExplorer:
     """Model preset, batch, device count, strategy and the memory levers (optimizer, precision,
     recomputation, gradient accumulation, ZeRO stage) -> per-device memory bars against a card's size.
@@ -288,9 +292,12 @@ class MemoryExplorer:
         # drew it twice, to find its tight bounding box, and cleared and re-created the output each time).
         self.plot = widgets.Image(format="png", layout=widgets.Layout(max_width="100%", height="auto"))
         self.estimate: Any = None                    # the last MemoryEstimate, None after a refused setting
-        for control in (self.preset, self.batch, self.devices, self.strategy, self.capacity, self.optimizer,
+        self._batch_set_by_preset = False            # a note in the summary until the learner moves the batch
+        self._quiet = False                          # True while one change sets another control
+        for control in (self.batch, self.devices, self.strategy, self.capacity, self.optimizer,
                         self.precision, self.remat, self.accumulation, self.zero_stage):
-            control.observe(lambda _change: self.update(), names="value")
+            control.observe(self._changed, names="value")
+        self.preset.observe(self._preset_changed, names="value")
         self.update()
         later = [widgets.HBox([self.accumulation, self.zero_stage]), widgets.HBox([self.precision, self.remat])]
         if levers:
@@ -301,6 +308,43 @@ class MemoryExplorer:
         self.widget = widgets.VBox([widgets.HBox([self.preset, self.capacity]),
                                     widgets.HBox([self.batch, self.devices]), self.strategy, *rows,
                                     self.summary, self.plot])
+
+    def _changed(self, change: Any) -> None:
+        if self._quiet:
+            return
+        if change["owner"] is self.batch:
+            self._batch_set_by_preset = False
+        self.update()
+
+    def _preset_changed(self, _change: Any) -> None:
+        # Each preset comes with its usual batch (32 images; 32,768 tokens for notebook 08's model): a
+        # batch kept from another model would draw an absurd estimate (InceptionV3 on 32,768 images).
+        from .memory import PRESETS
+        usual = PRESET_BATCHES.get(PRESETS[self.preset.value])
+        if usual is not None and usual != self.batch.value:
+            self._quiet = True
+            try:
+                if usual not in self.batch.options:
+                    self.batch.options = sorted({*self.batch.options, usual})
+                self.batch.value = usual
+            finally:
+                self._quiet = False
+            self._batch_set_by_preset = True
+        self.update()
+
+    def _notes(self) -> list[str]:
+        """What the controls do not show by themselves: settings that change nothing, a batch the preset set."""
+        notes = []
+        if self._batch_set_by_preset:
+            notes.append(f"Global batch set to {self.batch.value:,}, the usual batch for this model: move the slider to "
+                         "change it.")
+        if self.strategy.value == "data" and int(self.devices.value) == 1:
+            notes.append("Data parallelism on 1 device is the single-device case: move 'devices' up to split the "
+                         "batch.")
+        if self.strategy.value != "data" and int(self.zero_stage.value) > 0:
+            notes.append(f"ZeRO stage {self.zero_stage.value} is ignored under '{self.strategy.value}': it shards "
+                         "data-parallel state only (choose 'data').")
+        return notes
 
     def update(self) -> None:
         import html
@@ -324,7 +368,8 @@ class MemoryExplorer:
             return
         levers = self.estimate.assumptions[3:]       # after the three that every estimate states
         self.summary.value = (f"<p>{html.escape(memory_verdict(self.estimate, self.capacity.value))}</p>"
-                              + "".join(f"<p style='font-size:90%'>{html.escape(a)}</p>" for a in levers))
+                              + "".join(f"<p style='font-size:90%'>{html.escape(a)}</p>"
+                                        for a in [*levers, *self._notes()]))
         png = io.BytesIO()
         memory_figure(self.estimate, self.capacity.value).savefig(png, format="png", dpi=PNG_DPI)
         self.plot.value = png.getvalue()

@@ -44,6 +44,8 @@ case("estimate_memory", "optimizer", "an optimizer the estimate does not know",
      "kit.estimate_memory(dense, batch_size=8, optimizer=keras.optimizers.Lion())")
 case("estimate_memory", "devices", "a strategy and another device count",
      "kit.estimate_memory(dense, batch_size=8, strategy=strategy, devices=2)")
+case("MemoryEstimate.fits", "capacity_gb", "the card's size as a string",
+     "kit.estimate_memory(dense, batch_size=8).fits('12')")
 case("measure_memory", "build", "a lambda", "kit.measure_memory(lambda: dense, batch_size=8)")
 case("measure_memory", "accumulation_steps", "a batch not divisible by the steps",
      "kit.measure_memory(job, batch_size=10, accumulation_steps=4)")

@@ -81,16 +81,18 @@ def nb08_devices_without_zero(answer: Any) -> Verdict:
 
     profile = preset_profile(FULL_MODEL)
 
-    def fits(n: int) -> bool:
-        return estimate_memory(profile, batch_size=FULL_BATCH, strategy="data", devices=n).fits(CARD_GB)
+    def per_device(n: int) -> float:
+        return estimate_memory(profile, batch_size=FULL_BATCH, strategy="data", devices=n).peak / 1e9
 
-    right = next(n for n in range(1, 65) if FULL_BATCH % n == 0 and fits(n))
-    gb = estimate_memory(profile, batch_size=FULL_BATCH, strategy="data", devices=right).peak / 1e9
+    peaks = {n: per_device(n) for n in range(1, 9)}
+    right = next(n for n in peaks if FULL_BATCH % n == 0 and peaks[n] <= CARD_GB)
+    uneven = [n for n in peaks if n < right and peaks[n] <= CARD_GB]          # fit, but refused by fit
     hint = ("Every replica holds parameters, gradients and both Adam slots in full; only the batch, and "
             "so the activations, is divided by the number of devices.")
     if value > 0 and FULL_BATCH % value:
         hint = (f"Does {FULL_BATCH:,} split evenly over {value} replicas? Keras 3's fit refuses a first step "
                 "whose replicas get different batch sizes (notebook 02, section 5).")
-    return verdict(answer, value == right, f"{right} devices: {gb:.1f} GB each. Every device keeps the whole "
-                   "model state; only the activations are divided (3 devices would hold 11.5 GB, but 32,768 "
-                   "does not split evenly over 3).", hint)
+    aside = "".join(f" ({n} devices would hold {peaks[n]:.1f} GB, but {FULL_BATCH:,} does not split evenly over {n})"
+                    for n in uneven)
+    return verdict(answer, value == right, f"{right} devices: {peaks[right]:.1f} GB each. Every device keeps the "
+                   f"whole model state; only the activations are divided{aside}.", hint)

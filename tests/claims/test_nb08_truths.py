@@ -83,28 +83,48 @@ def test_explain_names_both_ways_out_of_the_rematscope_error():
 @pytest.mark.parametrize("family", FAMILIES)
 def test_float16_runs_on_cpu_and_compile_decides_the_loss_scaling(family):
     """Section 4: a mixed_float16 model compiles and trains on CPU under both kernel families; compile's own
-    argument auto_scale_loss (default True) wraps the optimizer in a LossScaleOptimizer, False leaves it bare."""
+    argument auto_scale_loss (default True) wraps the optimizer in a LossScaleOptimizer, False leaves it bare.
+    With inputs of 1e-5 the first layer's kernel gradients underflow float16: unscaled, that kernel never moves
+    while the loss stays finite; scaled (from 2**15), it moves. Dense and conv models alike."""
     proc = run_python("""
         import json, gputrain_kit as kit
         kit.setup(devices=1)
         import keras, numpy as np, inspect
         keras.mixed_precision.set_dtype_policy("mixed_float16")
+        builds = {"dense": lambda: keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                                                     keras.layers.Dense(4)]),
+                  "conv": lambda: keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(8, 3, activation="relu"),
+                                                    keras.layers.Flatten(), keras.layers.Dense(4)])}
         out = {}
-        for scale in (True, False):
-            model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32, activation="relu"),
-                                      keras.layers.Dense(4)])
-            model.compile(keras.optimizers.Adam(), "mse", auto_scale_loss=scale)
-            x = np.random.default_rng(0).normal(size=(128, 16)).astype("float32")
-            loss = model.fit(x, x[:, :4], epochs=2, verbose=0).history["loss"]
-            out[str(scale)] = [type(model.optimizer).__name__, model.layers[0].compute_dtype, bool(np.isfinite(loss).all())]
+        for kind, build in builds.items():
+            for scale in (True, False):
+                keras.utils.set_random_seed(0)
+                model = build()
+                model.compile(keras.optimizers.Adam(), "mse", auto_scale_loss=scale)
+                shape = (128, *model.inputs[0].shape[1:])
+                x = np.random.default_rng(0).normal(size=shape).astype("float32")
+                loss = model.fit(x, np.ones((128, 4), "float32"), epochs=2, verbose=0).history["loss"]
+                model = build()             # a fresh one: Adam's momentum from those steps would move it anyway
+                model.compile(keras.optimizers.Adam(), "mse", auto_scale_loss=scale)
+                kernel = model.layers[0].kernel.numpy()
+                tiny = model.fit(np.full(shape, 1e-5, "float32"), np.zeros((128, 4), "float32"), epochs=2,
+                                 verbose=0).history["loss"]
+                out[f"{kind} {scale}"] = [type(model.optimizer).__name__, model.layers[0].compute_dtype,
+                                          bool(np.isfinite(loss).all()), bool(np.isfinite(tiny).all()),
+                                          bool((model.layers[0].kernel.numpy() != kernel).any())]
+        scaler = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())
+        scaler.build(builds["dense"]().trainable_variables)
+        out["initial scale"] = float(scaler.dynamic_scale)
         compile_args = inspect.signature(keras.Model.compile).parameters
         scaler_args = inspect.signature(keras.optimizers.LossScaleOptimizer.__init__).parameters
         out["where"] = ["auto_scale_loss" in compile_args, "auto_scale_loss" in scaler_args]
         print(json.dumps(out))
     """, env=_env(family))
     out = last_json(proc)
-    assert out["True"] == ["LossScaleOptimizer", "float16", True]
-    assert out["False"] == ["Adam", "float16", True]
+    for kind in ("dense", "conv"):
+        assert out[f"{kind} True"] == ["LossScaleOptimizer", "float16", True, True, True], out
+        assert out[f"{kind} False"] == ["Adam", "float16", True, True, False], out    # underflow, silently
+    assert out["initial scale"] == 2.0 ** 15
     assert out["where"] == [True, False]          # compile's argument, not the LossScaleOptimizer's
 
 

@@ -252,6 +252,41 @@ def test_memory_explorer_headless():
     assert "fits" in memory_verdict(estimate_memory(preset_profile("digits"), batch_size=8), 12)
 
 
+def test_memory_explorer_presets_bring_their_batch_and_settings_that_do_nothing_are_said():
+    """A reader moved from notebook 08's model (32,768 tokens) to InceptionV3 and got 32,768 images: a preset
+    sets its usual batch, once per change, and says so until the batch is moved. ZeRO greyed out under 'split'
+    and data parallelism on one device each say what they do (nothing)."""
+    import html
+
+    from gputrain_kit.widgets import PRESET_BATCHES
+
+    def said():
+        return html.unescape(e.summary.value)
+
+    e = MemoryExplorer(preset="Dense stack 8 x 8192 + head (notebook 08)", batch=32768, devices=4, strategy="data")
+    assert "usual batch" not in said()                      # the caller's batch is never overridden
+    updates = []
+    original = e.update
+    e.update = lambda: (updates.append(1), original())[1]
+    e.preset.value = "InceptionV3 299x299"
+    assert e.batch.value == 32 == e.estimate.batch_size and len(updates) == 1     # one redraw, not two
+    assert "Global batch set to 32, the usual batch for this model" in said()
+    e.batch.value = 64
+    assert "usual batch" not in said() and e.estimate.batch_size == 64
+    e.preset.value = "Dense stack 8 x 8192 + head (notebook 08)"
+    assert e.batch.value == 32768 and "32,768" in said()
+    assert set(PRESET_BATCHES) == set(PRESETS.values())
+    e.zero_stage.value = 3
+    assert "ZeRO stage 3" in said() and "ignored" not in said()
+    e.strategy.value = "split"
+    assert e.zero_stage.disabled and "ZeRO stage 3 is ignored under 'split'" in said()
+    e.strategy.value = "data"
+    e.devices.value = 1
+    assert "Data parallelism on 1 device is the single-device case" in said()
+    e.devices.value = 2
+    assert "single-device case" not in said()
+
+
 def test_estimate_memory_reads_a_strategy_and_a_keras_optimizer():
     """The course calls strategy objects "strategy" and compiles models with optimizer objects: the estimate
     accepts both, and takes a compiled model's own optimizer when none is named."""
