@@ -66,7 +66,7 @@ def plan_batches(n_samples: int, global_batch: int, replicas: int,
         warnings.warn(f"{func}: {why}. The arguments are (n_samples, global_batch, replicas): were two swapped?",
                       ArgumentOrderWarning, stacklevel=3 if not _caller else 4)
     if via == "function":
-        return _plan_per_replica_batches(n_samples, global_batch, replicas, drop_remainder)
+        return _plan_per_replica_batches(n_samples, global_batch, replicas, drop_remainder, func)
     full, rest = divmod(n_samples, global_batch)
     sizes = [global_batch] * full
     if rest and not drop_remainder:
@@ -75,11 +75,11 @@ def plan_batches(n_samples: int, global_batch: int, replicas: int,
 
 
 def _plan_per_replica_batches(n_samples: int, global_batch: int, replicas: int,
-                              drop_remainder: bool) -> list[list[int]]:
+                              drop_remainder: bool, func: str = "plan_batches") -> list[list[int]]:
     """distribute_datasets_from_function: whole per-replica batches dealt to the replicas in order."""
     if global_batch % replicas:
         raise ValueError(
-            f"plan_batches: via='function' needs global_batch divisible by replicas, got global_batch="
+            f"{func}: via='function' needs global_batch divisible by replicas, got global_batch="
             f"{global_batch} and replicas={replicas}; InputContext.get_per_replica_batch_size raises for this. "
             f"Use a global batch that is a multiple of {replicas}, e.g. {global_batch - global_batch % replicas or replicas}.")
     per_replica = global_batch // replicas

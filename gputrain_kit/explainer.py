@@ -189,10 +189,12 @@ _ENTRIES = (
     _Entry(Explanation(
         "out-of-memory",
         "A device ran out of memory.",
-        "Each replica holds a whole copy of the model, its gradients and optimizer state, plus the "
-        "activations of its share of the batch; data parallelism does not shrink the model's part.",
-        "lower the per-replica batch, use mixed precision or a lighter optimizer, or split the model over "
-        "devices; `kit.estimate_memory` estimates each part before you train.",
+        "The shape in the message is the allocation that failed; what the device already held counts "
+        "too. In training a device holds the model's parameters, "
+        "gradients and optimizer slots plus the activations of its batch; under data parallelism every "
+        "replica holds all of the model state, and only the batch is divided.",
+        "a smaller batch per device, mixed precision, a lighter optimizer, or a model split over devices; "
+        "`kit.estimate_memory` estimates each part before you train.",
         "notebook 03, section 4"),
         (r"OOM when allocating tensor", r"ResourceExhaustedError", r"RESOURCE_EXHAUSTED: .*[Oo]ut of memory")),
 )

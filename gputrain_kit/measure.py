@@ -121,6 +121,12 @@ def _measurement(values: dict, shown: dict, func: str) -> MemoryMeasurement:
         raise ValueError(f"{func}: TensorFlow's allocator on {values['device']} counted nothing held between steps "
                          f"for this model ({shown}); its statistics miss small allocations. Measure a model with "
                          "at least a megabyte of parameters, or estimate this one with estimate_memory.")
+    if values.get("compiled_with"):
+        import warnings
+        warnings.warn(f"{func}: build() compiles its model (with {values['compiled_with']}); it was measured "
+                      f"compiled with optimizer={shown['optimizer']!r} and a mean-squared-error loss, as every "
+                      "measurement is. Pass optimizer= to measure another optimizer; return the model uncompiled "
+                      "to silence this.", UserWarning, stacklevel=2)
     return MemoryMeasurement(int(values["state"]), int(values["peak"]), values["device"], shown,
                              values.get("kernels", ""))
 

@@ -32,6 +32,8 @@ case("plan_batches", "global_batch", "a float that means a whole number", "kit.p
 case("plan_batches", "global_batch", "global_batch and n_samples swapped (a warning)", "kit.plan_batches(64, 1030, 4)")
 case("plan_batches", "global_batch", "global_batch and replicas swapped (a warning)", "kit.plan_batches(134, 4, 32)")
 case("check_batch_plan", "replicas", "replicas=2.5", "kit.check_batch_plan(1000, 64, 2.5)")
+case("check_batch_plan", "global_batch", "via='function' with a batch the replicas cannot share",
+     "kit.check_batch_plan(100, 3, 4, via='function')")
 case("estimate_memory", "batch_size", "batch_size=0", "kit.estimate_memory(dense, batch_size=0)")
 case("estimate_memory", "strategy", "an unknown strategy", "kit.estimate_memory(dense, batch_size=8, strategy='model')")
 case("estimate_memory", "zero_stage", "ZeRO without data parallelism", "kit.estimate_memory(dense, batch_size=8, zero_stage=2)")

@@ -50,6 +50,9 @@ def run(config: dict[str, Any], build_source: str, build_name: str) -> dict[str,
     model = namespace[build_name]()
     if not isinstance(model, keras.Model):
         raise TypeError("measure_memory: build() must return a Keras model, got " + type(model).__name__)
+    # A build() that compiles its model: measured with the configuration's optimizer all the same (the parent
+    # says so), since the estimate it is compared with is the configuration's.
+    compiled_with = type(model.optimizer).__name__ if getattr(model, "compiled", False) else ""
     if config["remat"]:
         model = rematerialize(model)
     k = config["accumulation_steps"]
@@ -87,4 +90,5 @@ def run(config: dict[str, Any], build_source: str, build_name: str) -> dict[str,
     x, y = batch_of(config["batch_size"] // k)
     held_between_steps(x, y, k)
     _, peak = held_between_steps(x, y, config["steps"] * k)
-    return {"state": int(state), "peak": int(peak), "device": device, "kernels": kit.cpu_kernels.detect().family}
+    return {"state": int(state), "peak": int(peak), "device": device, "kernels": kit.cpu_kernels.detect().family,
+            "compiled_with": compiled_with}

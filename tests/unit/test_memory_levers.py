@@ -228,6 +228,27 @@ def tiny_conv():
                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4)])
 
 
+def compiled_conv():
+    """tiny_conv, compiled by the build itself."""
+    model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(16, 3, activation="relu"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4)])
+    model.compile(keras.optimizers.RMSprop(), "mae")
+    return model
+
+
+def test_a_build_that_compiles_is_measured_with_the_configuration_and_told_so():
+    """A reader's build() compiled its model with RMSprop and got Adam's numbers without a word."""
+    with pytest.warns(UserWarning, match=r"build\(\) compiles its model \(with RMSprop\); it was measured "
+                                         r"compiled with optimizer='sgd'"):
+        compiled = measure_memory(compiled_conv, batch_size=32, optimizer="sgd")
+    plain = measure_memory(tiny_conv, batch_size=32, optimizer="sgd")
+    assert compiled.state_bytes == plain.state_bytes          # SGD's state, not RMSprop's slot
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        measure_memory(tiny_conv, batch_size=32, optimizer="sgd")   # an uncompiled build: no warning
+
+
 @pytest.mark.parametrize("kernels", ["onednn", "eigen"])
 def test_a_model_of_a_few_kilobytes_is_measured_under_both_kernel_families(kernels):
     """The measuring process uses TensorFlow's BFC CPU allocator, which counts small allocations too (oneDNN's
