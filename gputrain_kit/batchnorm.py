@@ -340,7 +340,21 @@ def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes:
     finally:
         if extra:
             os.unlink(extra["data_path"])
-    return Matrix(tuple(results.get(job_id) or classify(outcome) for job_id, outcome in outcomes.items()))
+    matrix = Matrix(tuple(results.get(job_id) or classify(outcome) for job_id, outcome in outcomes.items()))
+    if _users is not None:
+        _refuse_a_model_that_never_trains(func, matrix)
+    return matrix
+
+
+def _refuse_a_model_that_never_trains(func: str, matrix: Matrix) -> None:
+    """Your own model crashing also without the empty step (drop_remainder) is your model's error, not the
+    trap's: said as such instead of a matrix that reads as if the trap crashed it."""
+    controls = [r for r in matrix.results if r.batching == "drop_remainder"]
+    if controls and all(r.outcome == "crash" for r in matrix.results):
+        error = controls[0].detail.strip().splitlines()[-1] if controls[0].detail.strip() else "(no message)"
+        raise ValueError(f"{func}: your model did not train in any case, also with drop_remainder (no empty step), "
+                         f"so this is not the empty-replica trap: {error[:300]}. Check that build(), data and loss "
+                         "go together: model.fit(x, y) on one device should train first.")
 
 
 class PendingCases(BackgroundRun):

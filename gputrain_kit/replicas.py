@@ -179,6 +179,21 @@ def _make_callback():
             self.strategy, self.tolerance, self.on_problem = strategy, tolerance, on_problem
             self.reports: list[ReplicaReport] = []
 
+        def on_train_begin(self, logs=None):
+            # Checked before the first step, not after an epoch: a strategy that is not the model's, or a
+            # model with one copy of each variable (built outside any strategy's scope).
+            own = self.model.distribute_strategy
+            if self.strategy is not None and self.strategy is not own:
+                raise ValueError(f"ReplicaHealth: strategy= is not the strategy this model was built under "
+                                 f"({type(own).__name__} with {own.num_replicas_in_sync} replica(s)); its variables "
+                                 "have no copies there. Pass the strategy whose scope() built the model, or leave "
+                                 "strategy out: the callback then uses the model's own.")
+            if own.num_replicas_in_sync == 1:
+                warnings.warn("ReplicaHealth: this model has one copy of each variable (built outside a multi-"
+                              "device strategy's scope(), or a strategy of one replica): nothing can differ "
+                              "between replicas; non-finite values are still reported.", RuntimeWarning,
+                              stacklevel=2)
+
         def on_epoch_end(self, epoch, logs=None):
             strategy = self.strategy or self.model.distribute_strategy
             report = replica_report(self.model, strategy)

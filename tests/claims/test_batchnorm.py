@@ -228,3 +228,25 @@ def test_an_uncompiled_model_without_a_loss_is_named():
     x, y = np.zeros((40, 10), "float32"), np.zeros((40, 1), "float32")
     with pytest.raises(RuntimeError, match="uncompiled model and no loss was given.*loss="):
         batchnorm.run_cases(["drop_remainder"], build=users_dense, data=(x, y), batch_size=8)
+
+
+def users_classifier():
+    """A learner's 10-class classifier (logits)."""
+    import keras
+
+    return keras.Sequential([keras.Input((10,)), keras.layers.Dense(16), keras.layers.BatchNormalization(),
+                             keras.layers.Dense(10)])
+
+
+def test_a_loss_that_does_not_match_the_targets_is_the_models_error_not_the_traps():
+    """A reader's one-hot targets with sparse_categorical_crossentropy crashed every case, and the matrix read as
+    if the empty step had crashed it: a model that crashes with drop_remainder too is refused in those words."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(120, 10)).astype("float32")
+    y = np.eye(10, dtype="float32")[rng.integers(0, 10, 120)]            # one-hot: needs categorical_crossentropy
+    with pytest.raises(ValueError, match=r"run_cases: your model did not train in any case, also with "
+                                         r"drop_remainder .*not the empty-replica trap: .*target"):
+        batchnorm.run_cases(build=users_classifier, data=(x, y), loss="sparse_categorical_crossentropy",
+                            batch_size=16, epochs=1)

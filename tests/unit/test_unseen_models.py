@@ -101,3 +101,44 @@ def test_the_tools_work_on_a_model_no_notebook_uses(rows, name):
 
 def test_mixed_precision_variables_stay_float32(rows):
     assert rows["mixed"]["dtypes"] == ["float32"]
+
+
+def test_replica_health_says_before_training_what_it_cannot_check():
+    """A reader's callback on a model built outside any strategy ran silently; another strategy than the model's
+    failed only after the first epoch, naming replica_report. Both are said when training begins."""
+    proc = run_python("""
+        import json, warnings, gputrain_kit as kit
+        kit.setup(devices=2)
+        import keras, numpy as np, tensorflow as tf
+        x, y = np.ones((64, 4), "float32"), np.ones((64, 1), "float32")
+        build = lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        out = {}
+        plain = build()
+        plain.compile("sgd", "mse")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            plain.fit(x, y, epochs=1, verbose=0, callbacks=[kit.ReplicaHealth()])
+        out["outside"] = [str(w.message) for w in caught if "ReplicaHealth" in str(w.message)]
+        strategy, other = (tf.distribute.MirroredStrategy(kit.device_names(2)) for _ in range(2))
+        with strategy.scope():
+            mirrored = build()
+            mirrored.compile("sgd", "mse")
+        epochs = []
+        logger = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: epochs.append(epoch))
+        try:
+            mirrored.fit(x, y, epochs=1, verbose=0, callbacks=[logger, kit.ReplicaHealth(strategy=other)])
+            out["other"] = "trained"
+        except ValueError as err:
+            out["other"] = str(err)
+        out["epochs before"] = len(epochs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            mirrored.fit(x, y, epochs=1, verbose=0, callbacks=[kit.ReplicaHealth(strategy=strategy)])
+        out["own"] = [str(w.message) for w in caught if "ReplicaHealth" in str(w.message)]
+        print(json.dumps(out))
+    """, timeout=300)
+    out = last_json(proc)
+    assert len(out["outside"]) == 1 and "one copy of each variable" in out["outside"][0]
+    assert out["other"].startswith("ReplicaHealth: strategy= is not the strategy this model was built under")
+    assert out["epochs before"] == 0                                  # refused before the first epoch ended
+    assert out["own"] == []
