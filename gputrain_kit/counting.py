@@ -10,9 +10,9 @@ from typing import Any, Sequence
 
 from ._args import require_str, short
 from ._children import Job, run_jobs
-from ._children.lock_probe import CALLS
+from ._children.lock_probe import CALLS, EXTRA_CALLS, KERAS_MODEL
 
-__all__ = ["LOCK_PROBES", "LockProbe", "probe_locks", "gpus_seen", "late_visibility_change"]
+__all__ = ["KERAS_MODEL", "LOCK_PROBES", "LockProbe", "probe_locks", "gpus_seen", "late_visibility_change"]
 
 #: Calls people use to count devices; ``_children/lock_probe.py`` runs each (``inspect.getsource`` shows how).
 LOCK_PROBES: tuple[str, ...] = tuple(CALLS)
@@ -52,15 +52,16 @@ def _run(func: str, jobs: list[Job], processes: int = 2) -> dict[str, dict[str, 
 
 
 def probe_locks(calls: Sequence[str] | None = None) -> list[LockProbe]:
-    """For each call (one of LOCK_PROBES): can devices still be configured after it?
+    """For each call (one of LOCK_PROBES, the default, or KERAS_MODEL): can devices still be configured after it?
 
     Each call is probed first thing in a process of its own: on Linux a child forked from one process that
     has imported TensorFlow without starting it (one import for every probe), elsewhere a fresh process.
     One probe at a time: they are short, and each starts a whole runtime."""
     names = list(LOCK_PROBES) if calls is None else list(calls)
-    unknown = [c for c in names if c not in LOCK_PROBES]
+    unknown = [c for c in names if c not in LOCK_PROBES and c not in EXTRA_CALLS]
     if unknown:
-        raise ValueError(f"probe_locks: unknown call {short(unknown[0])}; choose from {list(LOCK_PROBES)}.")
+        raise ValueError(f"probe_locks: unknown call {short(unknown[0])}; choose from "
+                         f"{list(LOCK_PROBES) + list(EXTRA_CALLS)}.")
     values = _run("probe_locks", [Job(c, {"probe": c}, _GROWTH) for c in names], processes=1)
     return [LockProbe(c, values[c]["split"], values[c]["visible"]) for c in names]
 

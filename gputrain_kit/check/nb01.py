@@ -33,13 +33,19 @@ def nb01_count_with_garbage(answer: Any) -> Verdict:
 
 def nb01_locking_call(answer: Any) -> Verdict:
     """Does building a small Keras model (an Input and a Dense layer), before any training, lock TensorFlow's
-    device configuration? True or False."""
+    device configuration? True or False. Once answered, the check probes it in a fresh process (seconds), as
+    section 4 probed the four calls."""
     value = as_bool(answer)
-    return verdict(answer, value is True,
-                   "True: building the model creates its variables, which starts the devices as a first op does; "
-                   "call kit.setup() before building anything.",
-                   "What does a Dense layer create when it is built, and where does that have to live?",
-                   form=None if value is not None else "Give True or False.")
+    if value is None:
+        return verdict(answer, False, "", "", form="Give True or False.")
+    from ..counting import KERAS_MODEL, probe_locks
+
+    probe = probe_locks([KERAS_MODEL])[0]
+    seen = f"probed just now in a fresh process: {probe.row().strip()}"
+    return verdict(answer, value is probe.locked,
+                   f"{probe.locked}, {seen}. Building the model creates its variables, which starts the devices "
+                   "as a first op does: call kit.setup() before building anything.",
+                   "What does a Dense layer create when it is built, and where does that have to live?")
 
 
 def nb01_visible_after_drop(answer: Any) -> Verdict:

@@ -105,8 +105,11 @@ def test_nb01_exercise_checks():
     assert check.nb01_physical_behind(1) and not check.nb01_physical_behind(3)
     assert not check.nb01_physical_behind(True)
     assert check.nb01_count_with_garbage(0) and not check.nb01_count_with_garbage(2)
-    assert check.nb01_locking_call(True) and check.nb01_locking_call("yes") and not check.nb01_locking_call(False)
+    right = check.nb01_locking_call("yes")                       # probed in a fresh process, as section 4 does
+    assert right and "probed just now in a fresh process: a Keras model built" in repr(right)
+    assert "LOCKS it" in repr(right) and not check.nb01_locking_call(False)
     assert "Not answered" in repr(check.nb01_locking_call(...))
+    assert "Give True or False" in repr(check.nb01_locking_call("maybe"))
 
 
 def test_building_a_keras_model_locks_the_device_configuration():

@@ -240,3 +240,31 @@ import tensorflow
 print(json.dumps("jax" in sys.modules))
 '''))
     assert child is False
+
+
+def test_xla_inserts_the_all_reduce_from_the_layouts_and_keras_calls_none():
+    """Notebook 09 section 2: the gradient of a mean loss over a batch cut over 8 devices compiles to a program
+    with an all-reduce; over a batch on one device, to none. Keras's JAX training step calls no collective
+    itself (its trainer's source has no psum / all-reduce), and a second kind of layer (a conv) gets one too."""
+    import inspect
+    import re
+
+    from keras.src.backend.jax import trainer
+    assert not re.search(r"psum|pmean|all_reduce|all-reduce|all_gather", inspect.getsource(trainer))
+    out = _run('''
+import jax, numpy as np
+from keras import distribution
+dp = distribution.DataParallel(devices=distribution.list_devices())
+x = np.random.default_rng(0).normal(size=(256, 256)).astype("float32")
+batch = jax.device_put(x, dp.get_data_layout((256, 256)).backend_layout)
+grad = jax.jit(jax.grad(lambda w, xb: jax.numpy.mean((xb @ w) ** 2)))
+w = jax.numpy.ones((256, 16))
+images = np.random.default_rng(1).normal(size=(64, 8, 8, 3)).astype("float32")
+conv_grad = jax.jit(jax.grad(lambda k, xb: jax.numpy.mean(jax.lax.conv_general_dilated(
+    xb, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) ** 2)))
+k = jax.numpy.ones((3, 3, 3, 4))
+texts = [grad.lower(w, batch).compile().as_text(), grad.lower(w, jax.device_put(x, jax.devices()[0])).compile().as_text(),
+         conv_grad.lower(k, jax.device_put(images, dp.get_data_layout(images.shape).backend_layout)).compile().as_text()]
+print(json.dumps(["all-reduce" in t for t in texts]))
+''')
+    assert out == [True, False, True]
