@@ -113,13 +113,17 @@ def scaling_curve_figure(predictions: Any, title: str = ""):
     return fig
 
 
-def sweep_figure(plain: Any, scaled: Any):
-    """Validation accuracy against global batch, same learning rate vs linear scaling + warm-up."""
+def sweep_figure(plain: Any, scaled: Any, no_warmup: Any = None):
+    """Validation accuracy against global batch, same learning rate vs linear scaling + warm-up (and, given
+    ``no_warmup``, linear scaling from the first step: dashed, unlabelled, its numbers are in the table)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 3.2))
     ax.plot([b for b, _ in plain], [a for _, a in plain], "o-", label="same learning rate")
     ax.plot([b for b, _ in scaled], [a for _, a in scaled], "s-", label="linear scaling + warm-up")
+    if no_warmup is not None:
+        ax.plot([b for b, _ in no_warmup], [a for _, a in no_warmup], "^--", color="C2", alpha=0.8,
+                label="linear scaling, no warm-up")
     for series, color, dy in ((plain, "C0", -11), (scaled, "C1", 5)):   # label every point; one series below,
         for b, a in series:                                                # the other above, so labels never overlap
             ax.annotate(f"{a:.3f}", (b, a), textcoords="offset points", xytext=(4, dy), fontsize=7, color=color)

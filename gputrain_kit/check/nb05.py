@@ -15,11 +15,13 @@ def _empty_replicas(n: int, batch: int, replicas: int) -> list[int]:
 
 
 def _empty_list(answer: Any, right: list[int], why: str, hint: str) -> Verdict:
-    """A list of replicas; a bare count is read only as "none" (0 where no replica is empty)."""
+    """A list of replicas. A bare number is refused with the reason: 0 reads both as "no replica" and as
+    "replica 0", and any other number as a count."""
     count = as_int(answer) if not isinstance(answer, (list, tuple, range)) else None
     if count is not None and not isinstance(answer, str) or isinstance(answer, str) and answer.strip() == "0":
-        if count == 0 and not right:
-            return verdict(answer, True, why, hint)
+        if count == 0 or isinstance(answer, str):
+            return verdict(answer, False, "", "", form="0 reads both as 'no replica' and as 'replica 0': answer "
+                           "with a list, [] for none or [0] for replica 0.")
         return verdict(answer, False, "", "", form="Give which replicas get nothing, as a list (0-based), not how "
                        "many: e.g. [2, 3], or [] for none.")
     values = as_int_list(answer, none_is_empty=True)

@@ -25,9 +25,13 @@ def test_nb05_empty_replicas_answers_match_the_planner():
     wrong = check.nb05_empty_replicas_b([7])
     assert not wrong and _says(wrong, "Not yet") and "[]" not in repr(wrong)
     assert _says(check.nb05_empty_replicas_a(6.5), "Give a list")
-    # "0" where no replica is empty means none; a count elsewhere is a form to correct, not a wrong list
-    assert check.nb05_empty_replicas_b(0) and check.nb05_empty_replicas_b("0") and check.nb05_empty_replicas_b(None)
-    assert _says(check.nb05_empty_replicas_a(2), "not how many") and _says(check.nb05_empty_replicas_a(0), "not how many")
+    # None and 'none' mean none; a bare 0 reads both as "none" and "replica 0" (a reader meant replica 0 and was
+    # told "Correct"): a form to correct, as a count is, never a verdict
+    assert check.nb05_empty_replicas_b(None) and check.nb05_empty_replicas_b("none")
+    for zero in (0, "0", np.int64(0)):
+        for ask in (check.nb05_empty_replicas_a, check.nb05_empty_replicas_b):
+            assert not ask(zero) and _says(ask(zero), "[] for none or [0] for replica 0")
+    assert _says(check.nb05_empty_replicas_a(2), "not how many")
 
 
 @pytest.mark.parametrize("answer", [56, 56.0, np.int64(56), np.float32(56), "56", " 56 "])

@@ -229,6 +229,10 @@ def test_plots_of_nb06_are_readable():
     assert len(ax.texts) == 6                                                      # every point labelled
     legend = ax.get_legend()
     assert legend.get_bbox_to_anchor().x0 > ax.get_window_extent().x1 - 1          # outside the data
+    three = sweep_figure([(32, 0.97), (1024, 0.78)], [(32, 0.97), (1024, 0.61)], [(32, 0.97), (1024, 0.68)])
+    labels = [t.get_text() for t in three.axes[0].get_legend().get_texts()]
+    assert labels[-1] == "linear scaling, no warm-up" and len(three.axes[0].lines) == 3
+    assert len(three.axes[0].texts) == 4                  # the third series' numbers are the table's, not the plot's
     fig = scaling_curve_figure(predict_curve("VGG-16", "PCIe 3.0 x16 (one server)", 64, 8))
     ticks = fig.axes[0].get_xticks()
     assert all(float(t).is_integer() for t in ticks)
