@@ -122,11 +122,12 @@ def sweep_figure(plain: Any, scaled: Any, no_warmup: Any = None):
     ax.plot([b for b, _ in plain], [a for _, a in plain], "o-", label="same learning rate")
     ax.plot([b for b, _ in scaled], [a for _, a in scaled], "s-", label="linear scaling + warm-up")
     if no_warmup is not None:
-        ax.plot([b for b, _ in no_warmup], [a for _, a in no_warmup], "^--", color="C2", alpha=0.8,
+        ax.plot([b for b, _ in no_warmup], [a for _, a in no_warmup], "^--", color="C2", alpha=0.8, zorder=1,
                 label="linear scaling, no warm-up")
     for series, color, dy in ((plain, "C0", -11), (scaled, "C1", 5)):   # label every point; one series below,
         for b, a in series:                                                # the other above, so labels never overlap
-            ax.annotate(f"{a:.3f}", (b, a), textcoords="offset points", xytext=(4, dy), fontsize=7, color=color)
+            ax.annotate(f"{a:.3f}", (b, a), textcoords="offset points", xytext=(4, dy), fontsize=7, color=color,
+                        bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3, "alpha": 0.85}, zorder=5)
     batches = sorted({b for b, _ in plain} | {b for b, _ in scaled})
     ax.set(xscale="log", xlabel="global batch", ylabel="validation accuracy", title="fixed number of epochs")
     ax.set_xticks(batches, [str(b) for b in batches])               # plain numbers, not 10^2
