@@ -118,8 +118,8 @@ def default_family(features: Iterable[str] | None = None, system: str | None = N
     has = [f for f in ONEDNN_DEFAULT_FEATURES if f in found]
     if has:
         return "onednn", f"TensorFlow's default on this CPU: it has {', '.join(has)}"
-    return "eigen", ("TensorFlow's default on this CPU: it has none of AVX512-VNNI, AVX512-BF16, AVX-VNNI, "
-                     "AMX (AVX2 only, say)")
+    return "eigen", ("TensorFlow's default on this CPU, which has none of AVX512-VNNI, AVX512-BF16, AVX-VNNI and "
+                     "AMX, the instructions that turn oneDNN on")
 
 
 def expected_family(environ: dict[str, str] | None = None) -> str:

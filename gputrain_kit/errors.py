@@ -104,7 +104,7 @@ def error_summary(error: BaseException | str, limit: int = 160) -> str:
     parts that vary between runs (collective instance numbers, the device reporting a collective's shape
     mismatch) are left out."""
     name = type(error).__name__ if isinstance(error, BaseException) else ""
-    text = str(error)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))          # Keras's bold and colour codes
     found = []
     lines = text.splitlines()
     for i, line in enumerate(lines):
@@ -122,7 +122,10 @@ def error_summary(error: BaseException | str, limit: int = 160) -> str:
     useful = [f for f in found if not any(d in f for d in derived)]   # errors that only follow another one
     if len(useful) > 1 and re.search(r"^\s*\(1\)\s", text, re.M):
         useful.sort()   # several root errors arrive in a varying order: pick one the same way every run
-    first = text.strip().splitlines()[0] if text.strip() else ""
+    lines_left = [line for line in text.strip().splitlines() if line.strip()]
+    first = lines_left[0] if lines_left else ""
+    if first.startswith("Exception encountered when calling") and len(lines_left) > 1:
+        first = lines_left[1]                 # Keras's wrapper of a layer's error: the error is the next line
     message = (useful or found or [first])[0].strip()
     message = re.sub(r"\s+", " ", message)
     # parts that vary from run to run: the instance number, and which device reports a shape mismatch

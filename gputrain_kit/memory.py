@@ -136,23 +136,39 @@ def preset_profile(name: str) -> list[LayerStat]:
 
 def split_layers(stats: Sequence[LayerStat], devices: int, costs: Sequence[float] | None = None, *,
                  _caller: str = "split_layers") -> list[list[int]]:
-    """Consecutive layer indices per device, balancing ``costs`` (default: parameter counts), order kept."""
+    """Consecutive layer indices per device, order kept, every device at least one layer, with the fullest
+    device as small as a split in order allows (by ``costs``; default: parameter counts)."""
     devices = require_int(_caller, "devices", devices, minimum=1)
     if devices > len(stats):
         raise ValueError(f"{_caller}: cannot split {len(stats)} layer(s) over devices={devices}: a layer split "
                          f"gives every device at least one layer. Use at most {len(stats)} device(s), or "
                          "strategy='data'.")
-    costs = [s.params for s in stats] if costs is None else list(costs)
-    total = sum(costs) or 1
-    groups: list[list[int]] = [[] for _ in range(devices)]
-    running, device = 0.0, 0
-    for i, cost in enumerate(costs):
-        layers_left, devices_left = len(costs) - i, devices - device - 1
-        if groups[device] and devices_left and (running >= total * (device + 1) / devices
-                                                or layers_left <= devices_left):
-            device += 1
-        groups[device].append(i)
-        running += cost
+    costs = [float(s.params) for s in stats] if costs is None else [float(c) for c in costs]
+
+    def packed(cap: float) -> list[list[int]]:
+        # Fill each device up to `cap` in order; a new device when the next layer would exceed it.
+        groups: list[list[int]] = [[]]
+        running = 0.0
+        for i, cost in enumerate(costs):
+            if groups[-1] and running + cost > cap:
+                groups.append([])
+                running = 0.0
+            groups[-1].append(i)
+            running += cost
+        return groups
+
+    # The smallest cap that packs into `devices` groups, by bisection: the fullest device of the best split in
+    # order (a greedy cut at equal shares can put one layer too many on the first device).
+    low, high = max(costs), sum(costs)
+    for _ in range(100):
+        if high - low <= 1e-9 * max(high, 1.0):
+            break
+        middle = (low + high) / 2
+        low, high = (low, middle) if len(packed(middle)) <= devices else (middle, high)
+    groups = packed(high)
+    while len(groups) < devices:              # fewer groups than devices: split one, the fullest stays as full
+        largest = max(range(len(groups)), key=lambda g: len(groups[g]))
+        groups[largest:largest + 1] = [groups[largest][:-1], groups[largest][-1:]]
     return groups
 
 

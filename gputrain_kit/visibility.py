@@ -364,7 +364,7 @@ def _parse_ordinals(value: str, n: int) -> Visibility:
         if entry.physical is not None and entry.physical >= n:  # range is checked after parsing, against the real device count
             bad = [e for e in entries[k:]]
             entries[k:] = [Entry(bad[0].text, "dropped", None, None,
-                                 f"out of range (this machine has {n} GPU(s): 0-{n - 1}): parsing stops here")]
+                                 f"out of range (the server has {n} GPU(s): 0-{n - 1}): parsing stops here")]
             entries += [Entry(e.text, "dropped", None, None, e.reason if e.status == "dropped"
                               else "after an entry that stopped parsing") for e in bad[1:]]
             break

@@ -225,18 +225,35 @@ class ScalingExplorer:
         display(self.widget)
 
 
+#: Within this share of the card, an estimate that fits is called tight: it leaves out the CUDA context, cuDNN's
+#: workspace and the step's temporaries (notebook 08, section 10).
+TIGHT_SHARE = 0.85
+
+
 def memory_verdict(estimate: Any, capacity_gb: float) -> str:
-    """One sentence: does the fullest device fit on the card, and what dominates it."""
+    """One sentence: does the fullest device fit on the card (tight within 15% of it), and what dominates it."""
+    from .plots import human_bytes
+
     fullest = max(estimate.per_device, key=lambda d: d["total"])
     state = fullest["parameters"] + fullest["gradients"] + fullest["optimizer"] + fullest.get("accumulators", 0)
-    what = "model state (parameters, gradients, optimizer slots)" if state >= fullest["activations"] else "activations"
-    fits = estimate.peak <= capacity_gb * 1e9
-    return (f"fullest device needs {estimate.peak / 1e9:.2f} GB of a {capacity_gb:g} GB card: "
-            f"{'fits' if fits else 'OUT OF MEMORY'}; mostly {what}.")
+    activations = fullest["activations"]
+    if min(state, activations) >= 0.9 * max(state, activations):
+        what = "model state and activations about equally"
+    else:
+        what = ("mostly model state (parameters, gradients, optimizer slots)" if state > activations
+                else "mostly activations")
+    if estimate.peak > capacity_gb * 1e9:
+        fits = "OUT OF MEMORY"
+    elif estimate.peak > TIGHT_SHARE * capacity_gb * 1e9:
+        fits = "fits, but tight (within 15% of the card, which a real step's extras can fill)"
+    else:
+        fits = "fits"
+    return f"fullest device needs {human_bytes(estimate.peak)} of a {capacity_gb:g} GB card: {fits}; {what}."
 
 
-# The batch each MemoryExplorer preset comes with: the article's 32 images; notebook 08's 32,768 tokens.
-PRESET_BATCHES = {"inception_v3": 32, "dense_stack": 32, "resnet50": 32, "dense_stack_08": 32768, "digits": 64}
+# The batch each MemoryExplorer preset comes with: notebook 03's 96 images for InceptionV3 (the Q&A thread's
+# model), 32 for the other large models, notebook 08's 32,768 tokens, the course's 64 digits.
+PRESET_BATCHES = {"inception_v3": 96, "dense_stack": 32, "resnet50": 32, "dense_stack_08": 32768, "digits": 64}
 
 
 class MemoryExplorer:
@@ -269,7 +286,8 @@ class MemoryExplorer:
         wide = {"description_width": "initial"}
         self.preset = widgets.Dropdown(options=list(PRESETS), value=preset,
                                        description="model", style=wide, layout=widgets.Layout(width="380px"))
-        batches = sorted({2 ** i for i in range(17)} | {batch})        # 1 ... 65,536 (tokens, for some models)
+        # 1 ... 65,536 (tokens, for some models), every preset's own batch, and notebook 03's 4 x 96
+        batches = sorted({2 ** i for i in range(17)} | set(PRESET_BATCHES.values()) | {384, batch})
         self.batch = widgets.SelectionSlider(options=batches, value=batch, description="global batch", style=wide)
         self.devices = widgets.IntSlider(value=devices, min=1, max=8, description="devices", style=wide)
         self.strategy = widgets.ToggleButtons(options=["single", "data", "split"], value=strategy,
@@ -292,8 +310,8 @@ class MemoryExplorer:
         # drew it twice, to find its tight bounding box, and cleared and re-created the output each time).
         self.plot = widgets.Image(format="png", layout=widgets.Layout(max_width="100%", height="auto"))
         self.estimate: Any = None                    # the last MemoryEstimate, None after a refused setting
-        self._batch_set_by_preset = False            # a note in the summary until the learner moves the batch
-        self._quiet = False                          # True while one change sets another control
+        self._said_once: list[str] = []              # notes shown after one change only
+        self._quiet = False                          # True while the explorer sets a control itself
         for control in (self.batch, self.devices, self.strategy, self.capacity, self.optimizer,
                         self.precision, self.remat, self.accumulation, self.zero_stage):
             control.observe(self._changed, names="value")
@@ -312,14 +330,26 @@ class MemoryExplorer:
     def _changed(self, change: Any) -> None:
         if self._quiet:
             return
-        if change["owner"] is self.batch:
-            self._batch_set_by_preset = False
+        self._said_once = []
+        if change["owner"] is self.strategy and change["new"] != "data" and int(self.zero_stage.value) > 0:
+            # ZeRO shards data-parallel state only: reset, and say so once, rather than a greyed-out 3 in effect
+            self._said_once.append(f"ZeRO stage {self.zero_stage.value} reset to 0: it shards data-parallel state "
+                                   "only (strategy 'data').")
+            self._set_quietly(self.zero_stage, 0)
         self.update()
+
+    def _set_quietly(self, control: Any, value: Any) -> None:
+        self._quiet = True
+        try:
+            control.value = value
+        finally:
+            self._quiet = False
 
     def _preset_changed(self, _change: Any) -> None:
         # Each preset comes with its usual batch (32 images; 32,768 tokens for notebook 08's model): a
         # batch kept from another model would draw an absurd estimate (InceptionV3 on 32,768 images).
         from .memory import PRESETS
+        self._said_once = []
         usual = PRESET_BATCHES.get(PRESETS[self.preset.value])
         if usual is not None and usual != self.batch.value:
             self._quiet = True
@@ -329,21 +359,22 @@ class MemoryExplorer:
                 self.batch.value = usual
             finally:
                 self._quiet = False
-            self._batch_set_by_preset = True
+            self._said_once.append(f"Global batch set to {usual:,}, the usual batch for this model: move the "
+                                   "slider to change it.")
         self.update()
 
     def _notes(self) -> list[str]:
-        """What the controls do not show by themselves: settings that change nothing, a batch the preset set."""
-        notes = []
-        if self._batch_set_by_preset:
-            notes.append(f"Global batch set to {self.batch.value:,}, the usual batch for this model: move the slider to "
-                         "change it.")
-        if self.strategy.value == "data" and int(self.devices.value) == 1:
+        """What the controls do not show by themselves: settings that change nothing or that fit refuses, and
+        (once, after the change that caused it) a control the explorer set itself."""
+        notes = list(self._said_once)
+        devices, batch = int(self.devices.value), int(self.batch.value)
+        if self.strategy.value == "data" and devices == 1:
             notes.append("Data parallelism on 1 device is the single-device case: move 'devices' up to split the "
                          "batch.")
-        if self.strategy.value != "data" and int(self.zero_stage.value) > 0:
-            notes.append(f"ZeRO stage {self.zero_stage.value} is ignored under '{self.strategy.value}': it shards "
-                         "data-parallel state only (choose 'data').")
+        elif self.strategy.value == "data" and batch % devices:
+            notes.append(f"A global batch of {batch:,} does not split evenly over {devices} devices: Keras 3's fit "
+                         "refuses such a first step (notebook 02); the estimate gives every device the larger "
+                         "share.")
         return notes
 
     def update(self) -> None:

@@ -34,7 +34,7 @@ REASONS: dict[tuple[str, str], str] = {
         "the same epochs for both",
     ("02", "callbacks = ["): "a two-output model with four callbacks under 4 replicas; EarlyStopping ends it "
         "after 3 epochs, the fewest that show both ReduceLROnPlateau and EarlyStopping acting",
-    ("03", "merge, branch_1, branch_2"): "5 epochs with validation on three devices: the accuracy shows the "
+    ("03", "branch_1, branch_2, merge"): "5 epochs with validation on three devices: the accuracy shows the "
         "placed model trains",
     ("03", "from gputrain_kit.measure import measure_training_step"): "3 models' training steps measured "
         "with TensorFlow's allocator, the largest at batch 8192: the estimate's error needs a real step",

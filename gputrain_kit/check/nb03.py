@@ -14,7 +14,9 @@ def nb03_less_memory(answer: Any) -> Verdict:
     peaks = {s: estimate_memory(profile, batch_size=32, strategy=s, devices=d).peak
              for s, d in (("data", 4), ("split", 2))}
     right = min(peaks, key=lambda s: peaks[s])
-    choice = as_choice(answer, ("data", "split"))
+    aliases = {"data-parallel": "data", "data-parallelism": "data", "model-parallel": "split",
+               "model-parallelism": "split", "device-parallel": "split", "layer-split": "split"}
+    choice = as_choice(answer, ("data", "split")) or aliases.get(as_choice(answer, aliases) or "")
     return verdict(answer, choice == right, f"'{right}': {peaks['data'] / 1e9:.1f} GB for data x4 vs "
                    f"{peaks['split'] / 1e9:.1f} GB for split x2 on the fullest device.",
                    "Which strategy copies the whole model state onto every device?",
@@ -27,6 +29,9 @@ def nb03_bubble(answer: Any) -> Verdict:
 
     right = bubble_fraction(4, 8)
     value = as_number(answer)
+    if value is not None and 1 < value <= 100 and abs(value / 100 - right) < 0.01:
+        return verdict(answer, False, "", "", form=f"{value:g} reads as a percentage: give a fraction between 0 "
+                       f"and 1, such as {value / 100:g}, or a string with the sign, such as '{value:g}%'.")
     return verdict(answer, value is not None and abs(value - right) < 0.01, f"{right:.3f} = (S - 1) / (M + S - 1).",
                    "(stages - 1) / (micro-batches + stages - 1).",
                    form=None if value is not None else "Give a fraction between 0 and 1: a number, or '3/11'.")
@@ -34,7 +39,7 @@ def nb03_bubble(answer: Any) -> Verdict:
 
 def nb03_microbatches(answer: Any) -> Verdict:
     """Fewest micro-batches that bring the bubble of a 4-stage pipeline below 10%."""
-    value = as_int(answer)
+    value = as_int(answer, units=("micro-batch", "micro-batches", "microbatch", "microbatches"))
     if value is None:
         return verdict(answer, False, "", "", form="Give a whole number of micro-batches, such as 12.")
     from ..pipeline import bubble_fraction

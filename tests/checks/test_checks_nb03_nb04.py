@@ -10,7 +10,8 @@ import pytest
 from gputrain_kit import check
 
 
-@pytest.mark.parametrize("answer", [28, 28.0, "28", " 28 ", np.int64(28), np.float32(28), np.array(28)])
+@pytest.mark.parametrize("answer", [28, 28.0, "28", " 28 ", np.int64(28), np.float32(28), np.array(28),
+                                    "28 micro-batches", "28 microbatches"])
 def test_nb03_microbatches_right_in_any_form(answer):
     assert check.nb03_microbatches(answer)
 
@@ -103,3 +104,18 @@ def test_nb04_weight_group_wrong_form_and_unanswered(answer):
     result = check.nb04_weight_group(answer)
     assert not result and "Not a form this check reads" in repr(result) and "string" in repr(result)
     assert "Not answered yet" in repr(check.nb04_weight_group(...))
+
+
+@pytest.mark.parametrize("answer", ["split", "Split", "model parallel", "model-parallelism", "layer split"])
+def test_nb03_less_memory_reads_the_notebooks_own_names_for_a_split(answer):
+    """The notebook's title says "Device (model) parallelism": a reader's 'model parallel' is a right answer."""
+    assert check.nb03_less_memory(answer)
+    assert not check.nb03_less_memory("data parallel") and not check.nb03_less_memory("data")
+
+
+@pytest.mark.parametrize("answer", [27, 27.3, np.float64(27.27)])
+def test_nb03_bubble_a_percentage_without_its_sign_is_a_form_to_correct(answer):
+    result = check.nb03_bubble(answer)
+    assert not result and "reads as a percentage" in repr(result)
+    assert check.nb03_bubble(f"{float(answer):g}%")
+    assert repr(check.nb03_bubble(50)).startswith("Not yet.")        # a wrong percentage stays wrong

@@ -184,3 +184,16 @@ def test_the_kits_own_refusal_to_save_nan_is_explained(tmp_path):
     name, known, key, text = last_json(proc)
     assert name == "NonFiniteError" and known and key == "non-finite-model"
     assert "replica_report" in text and "drop_remainder=True" in text
+
+
+def test_error_summary_reads_through_keras_layer_wrapper_and_its_bold_codes():
+    """Keras wraps a layer's error: 'Exception encountered when calling X.call().' then the error in bold
+    (ANSI codes), then the arguments. The summary is the error, without the codes (notebook 08 section 5)."""
+    from gputrain_kit.errors import error_summary
+
+    wrapped = ValueError("Exception encountered when calling Sequential.call().\n\n\x1b[1mThe custom_gradient "
+                         "decorator currently supports keywords arguments only when eager execution is enabled."
+                         "\x1b[0m\n\nArguments received by Sequential.call():\n  • training=True")
+    assert error_summary(wrapped) == ("ValueError: The custom_gradient decorator currently supports keywords "
+                                      "arguments only when eager execution is enabled.")
+    assert error_summary(ValueError("plain message\nmore")) == "ValueError: plain message"

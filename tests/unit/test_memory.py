@@ -254,8 +254,9 @@ def test_memory_explorer_headless():
 
 def test_memory_explorer_presets_bring_their_batch_and_settings_that_do_nothing_are_said():
     """A reader moved from notebook 08's model (32,768 tokens) to InceptionV3 and got 32,768 images: a preset
-    sets its usual batch, once per change, and says so until the batch is moved. ZeRO greyed out under 'split'
-    and data parallelism on one device each say what they do (nothing)."""
+    sets its usual batch (one redraw) and says so after that change only. ZeRO, data-parallel only, is reset
+    to 0 (and said once) when the strategy leaves 'data'; one data-parallel device and a batch the devices
+    cannot share evenly (fit refuses it: notebook 08's exercise 3) are said while they hold."""
     import html
 
     from gputrain_kit.widgets import PRESET_BATCHES
@@ -264,27 +265,46 @@ def test_memory_explorer_presets_bring_their_batch_and_settings_that_do_nothing_
         return html.unescape(e.summary.value)
 
     e = MemoryExplorer(preset="Dense stack 8 x 8192 + head (notebook 08)", batch=32768, devices=4, strategy="data")
-    assert "usual batch" not in said()                      # the caller's batch is never overridden
+    assert "usual batch" not in said()                               # the caller's batch is never overridden
     updates = []
     original = e.update
     e.update = lambda: (updates.append(1), original())[1]
     e.preset.value = "InceptionV3 299x299"
-    assert e.batch.value == 32 == e.estimate.batch_size and len(updates) == 1     # one redraw, not two
-    assert "Global batch set to 32, the usual batch for this model" in said()
+    assert e.batch.value == 96 == e.estimate.batch_size and len(updates) == 1     # one redraw, not two
+    assert "Global batch set to 96, the usual batch for this model" in said()
+    e.capacity.value = 16
+    assert "usual batch" not in said()                               # said once, after the change that did it
     e.batch.value = 64
-    assert "usual batch" not in said() and e.estimate.batch_size == 64
+    assert e.estimate.batch_size == 64
     e.preset.value = "Dense stack 8 x 8192 + head (notebook 08)"
     assert e.batch.value == 32768 and "32,768" in said()
     assert set(PRESET_BATCHES) == set(PRESETS.values())
     e.zero_stage.value = 3
-    assert "ZeRO stage 3" in said() and "ignored" not in said()
+    assert "ZeRO stage 3" in said() and "reset" not in said()
     e.strategy.value = "split"
-    assert e.zero_stage.disabled and "ZeRO stage 3 is ignored under 'split'" in said()
+    assert e.zero_stage.disabled and e.zero_stage.value == 0 and "ZeRO stage 3 reset to 0" in said()
+    e.devices.value = 2
+    assert "reset" not in said()
     e.strategy.value = "data"
     e.devices.value = 1
     assert "Data parallelism on 1 device is the single-device case" in said()
-    e.devices.value = 2
-    assert "single-device case" not in said()
+    e.devices.value = 3
+    assert "does not split evenly over 3 devices: Keras 3's fit refuses" in said()
+    e.devices.value = 4
+    assert "single-device case" not in said() and "evenly" not in said()
+
+
+def test_memory_verdict_says_tight_ties_and_small_sizes():
+    """Notebook 08's pairs table calls a fit within 15% of the card tight: so does the verdict (the explorer
+    said 'fits' at 11.41 of 12 GB); equal model state and activations read 'about equally'; a small model's
+    peak in KB, not '0.00 GB'."""
+    full = dense_stack_profile(8, 8192, head=16)
+    assert "about equally" in memory_verdict(estimate_memory(full, batch_size=32768, optimizer="adam"), 12)
+    tight = estimate_memory(full, batch_size=32768, dtype_policy="mixed_bfloat16", remat=True)
+    assert 0.85 * 12e9 < tight.peak <= 12e9 and "fits, but tight" in memory_verdict(tight, 12)
+    assert ": fits;" in memory_verdict(tight, 16)
+    small = memory_verdict(estimate_memory(preset_profile("digits"), batch_size=8), 12)
+    assert "KB of a 12 GB card: fits" in small and "0.00" not in small
 
 
 def test_estimate_memory_reads_a_strategy_and_a_keras_optimizer():

@@ -372,7 +372,11 @@ def test_memory_explorer_levers_headless():
     assert e.estimate.per_device[0]["optimizer"] * 4 == adam and plain == 0
     assert "ZeRO stage 1" in e.summary.value
     e.strategy.value = "split"                                             # ZeRO is data-parallel only
-    assert e.zero_stage.disabled and e.estimate.per_device[0]["optimizer"] > adam / 4
+    with_zero = [d["optimizer"] for d in e.estimate.per_device]
+    e.zero_stage.value = 0
+    assert e.zero_stage.disabled and [d["optimizer"] for d in e.estimate.per_device] == with_zero
+    assert sum(with_zero) == adam                                          # each device its own layers' slots
+    e.zero_stage.value = 1
     e.strategy.value = "single"
     e.accumulation.value = 16
     e.batch.value = 8
