@@ -90,7 +90,7 @@ def memory_figure(estimate: Any, capacity_gb: float):
     none = [part for part in parts if fullest[part] <= 0]
     parts_ax.set(xscale="log", yticks=range(len(shown)), yticklabels=shown, xlabel="GB (log scale)",
                  xlim=(min(values) / 3, max(values) * 30) if values else (1e-3, 1),
-                 title="fullest device, by part" + (f"\n(none: {', '.join(none)})" if none else ""))
+                 title="fullest device, by part" + (f"\n(0 bytes: {', '.join(none)})" if none else ""))
     parts_ax.invert_yaxis()
     plt.close(fig)
     return fig

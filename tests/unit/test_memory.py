@@ -353,7 +353,7 @@ def test_an_estimate_of_a_recurrent_model_says_what_it_leaves_out():
 
 def test_memory_figure_keeps_each_parts_colour_and_leaves_no_zero_bar_on_its_log_axis():
     """The explorer's plot: a part keeps its colour whether or not accumulators appear; a part of 0 bytes (plain
-    SGD's slots) is named in the title, not drawn at 1e-9 GB; small parts in KB/MB, not '4.81e-06 GB'."""
+    SGD's slots) is named in the title ('0 bytes: optimizer'), not drawn at 1e-9 GB; small parts in KB/MB, not '4.81e-06 GB'."""
     from gputrain_kit.plots import human_bytes, memory_figure
 
     assert human_bytes(4810) == "4.81 KB" and human_bytes(2.5e9) == "2.5 GB" and human_bytes(12) == "12 bytes"
@@ -369,7 +369,7 @@ def test_memory_figure_keeps_each_parts_colour_and_leaves_no_zero_bar_on_its_log
     assert all(a[part] == b[part] for part in a)
     parts_ax = plain.axes[1]
     assert "optimizer" not in [t.get_text() for t in parts_ax.get_yticklabels()]
-    assert "(none: optimizer)" in parts_ax.get_title()
+    assert "(0 bytes: optimizer)" in parts_ax.get_title()
 
 
 def test_memory_explorer_folds_notebook_08s_levers_where_asked():
