@@ -119,7 +119,7 @@ def default_family(features: Iterable[str] | None = None, system: str | None = N
     if has:
         return "onednn", f"TensorFlow's default on this CPU: it has {', '.join(has)}"
     return "eigen", ("TensorFlow's default on this CPU, which has none of AVX512-VNNI, AVX512-BF16, AVX-VNNI and "
-                     "AMX, the instructions that turn oneDNN on")
+                     "AMX, the features for which TensorFlow turns oneDNN on by default")
 
 
 def expected_family(environ: dict[str, str] | None = None) -> str:

@@ -26,33 +26,34 @@ def _bf16_emulated() -> bool:
 
 
 def nb08_measured_peak(answer: Any, *, tolerance: float = 0.08) -> Verdict:
-    """The twin (batch 2048, Adam) with mixed_bfloat16 and 4 accumulation steps: predict its peak in MB, as the
-    estimate counts it from the parts of section 7's table (within ``tolerance`` of ``estimate_memory``'s,
-    8%: the start's 67 MB, or accumulation alone's 51 MB, are not it). A right answer is then measured in a
-    fresh process (half a minute) and the measurement shown beside it: on a CPU that emulates bfloat16 it reads
-    well above the estimate (section 7)."""
+    """The twin (global batch 2048) with three levers at once, SGD, mixed_bfloat16 and 4 accumulation steps (a
+    combination no cell prints): predict its peak in MB as the estimate counts it, from the parts of the start's
+    estimate (within ``tolerance`` of ``estimate_memory``'s, 8%: any two of the levers, 34 MB, are not it). A
+    right answer is then measured in a fresh process (half a minute) and the measurement shown beside it: on a
+    CPU that emulates bfloat16 it reads well above the estimate (section 7)."""
     value = as_amount(answer, "MB")
     if answer is Ellipsis or value is None:
         return verdict(answer, False, "", "", form="Give a number of megabytes (1 MB = 1e6 bytes), e.g. 60, or a "
                        "string with its unit, e.g. '60 MB'.")
     from ..memory import estimate_memory
 
-    mb = estimate_memory(twin(), batch_size=2048, dtype_policy="mixed_bfloat16", accumulation_steps=4).peak / 1e6
+    levers = {"optimizer": "sgd", "dtype_policy": "mixed_bfloat16", "accumulation_steps": 4}
+    mb = estimate_memory(twin(), batch_size=2048, **levers).peak / 1e6
     slip = unit_slip(value, mb, "MB", tolerance)
     if slip:
         return verdict(answer, False, "", "", form=slip)
     if abs(value - mb) > tolerance * mb:
         side = "above" if value > mb else "below"       # which way, never the value: try again first
         return verdict(answer, False, "", f"Your {value:g} MB is more than {tolerance:.0%} {side} the estimate. "
-                       "Start from the accumulation row's state (parameters, Adam's slots, accumulators), then add "
-                       "one step's gradients (as large as the parameters) and its activations: a quarter of the "
-                       "batch, 2 bytes a value instead of 4.")
+                       "Take the start's parts: the parameters, SGD's slots (none), one accumulator per parameter, "
+                       "one step's gradients, and one step's activations: a quarter of the batch, 2 bytes a value "
+                       "instead of 4.")
     from ..measure import measure_memory
 
-    measured = measure_memory(twin, batch_size=2048, dtype_policy="mixed_bfloat16", accumulation_steps=4)
+    measured = measure_memory(twin, batch_size=2048, **levers)
     ratio = measured.peak_bytes / 1e6 / mb
-    return verdict(answer, True, f"The estimate is {mb:.1f} MB: state (parameters, Adam's slots, accumulators), "
-                   f"one step's gradients and 16-bit activations of 512 samples. Measured just now, in a fresh "
+    return verdict(answer, True, f"The estimate is {mb:.1f} MB: parameters, accumulators, one step's gradients "
+                   f"(each as large as the parameters; SGD keeps no slots) and 16-bit activations of 512 samples. Measured just now, in a fresh "
                    f"process: {measured.peak_bytes / 1e6:.0f} MB ({ratio:.2f}x the estimate: the step's "
                    f"temporaries{', and the float32 copies of emulated bfloat16' if _bf16_emulated() else ''}).", "")
 
@@ -69,10 +70,13 @@ def nb08_accumulation_to_fit(answer: Any) -> Verdict:
     right = next(k for k in (2 ** i for i in range(12))
                  if estimate_memory(profile, batch_size=FULL_BATCH, accumulation_steps=k).fits(CARD_GB))
     gb = estimate_memory(profile, batch_size=FULL_BATCH, accumulation_steps=right).peak / 1e9
+    hint = ("Model state is fixed (parameters, gradients, Adam's slots) and the accumulators add one more "
+            "copy of the parameters; only the activations shrink, by the number of steps.")
+    if value > right and value > 0 and estimate_memory(profile, batch_size=FULL_BATCH,
+                                                       accumulation_steps=value).fits(CARD_GB):
+        hint = f"{value} steps fit, but so does a smaller power of 2: which is the fewest?"
     return verdict(answer, value == right, f"{right} steps: {gb:.1f} GB. The accumulators add a copy of the "
-                   "parameters, so the activations must shrink by more than that.",
-                   "Model state is fixed (parameters, gradients, Adam's slots) and the accumulators add one more "
-                   "copy of the parameters; only the activations shrink, by the number of steps.")
+                   "parameters, so the activations must shrink by more than that.", hint)
 
 
 def nb08_devices_without_zero(answer: Any) -> Verdict:
@@ -97,6 +101,8 @@ def nb08_devices_without_zero(answer: Any) -> Verdict:
     if value > 0 and FULL_BATCH % value:
         hint = (f"Does {FULL_BATCH:,} split evenly over {value} replicas? Keras 3's fit refuses a first step "
                 "whose replicas get different batch sizes (notebook 02, section 5).")
+    elif value > right:
+        hint = f"{value} devices fit, but so do fewer: which is the fewest that also splits the batch evenly?"
     aside = "".join(f" ({n} devices would hold {peaks[n]:.1f} GB, but {FULL_BATCH:,} does not split evenly over {n})"
                     for n in uneven)
     return verdict(answer, value == right, f"{right} devices: {peaks[right]:.1f} GB each. Every device keeps the "
