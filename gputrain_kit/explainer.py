@@ -159,10 +159,10 @@ _ENTRIES = (
         "The modes that wrap a whole layer ('full', and 'larger_than' or 'list_of_layers' on the layers they "
         "select) pass the layer's keyword arguments too, such as Dense's and BatchNormalization's `training`; "
         "'activations' wraps only the activation function, called positionally, and trains.",
-        "either RematScope(mode='activations') (recomputes activation functions only: on notebook 08's Dense "
-        "stack it saves nothing), or compile(..., run_eagerly=True) (every mode trains, each step runs op by op in Python: "
-        "slower). To recompute whole layers in a traced fit, wrap segments of positional-only calls in "
-        "keras.remat: `kit.memory.rematerialize(model)` does it for a Sequential model.",
+        "to recompute whole layers in a traced fit, wrap segments of positional-only calls in keras.remat: "
+        "`kit.memory.rematerialize(model)` does it for a Sequential model. Or compile(..., run_eagerly=True) "
+        "(every mode trains, each step runs op by op in Python: slower). RematScope(mode='activations') trains "
+        "too, but recomputes activation functions only (on notebook 08's Dense stack it saves nothing).",
         "notebook 08, section 5"),
         (r"custom_gradient decorator currently supports keywords arguments only when eager",)),
     _Entry(Explanation(

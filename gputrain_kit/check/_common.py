@@ -85,6 +85,8 @@ def unit_slip(value: float, right: float, unit: str, tolerance: float) -> str | 
     apart, in GiB/MiB) instead of ``unit``; None when it is not such a slip."""
     scale = _UNITS[unit.lower()]
     slips = [("bytes", scale)]
+    if unit.lower() == "mb":
+        slips.append(("GB", scale / _UNITS["gb"]))     # 0.0295 for 29.5 MB: the right amount in GB
     binary = unit[0].lower() + "ib"
     if tolerance < 0.03:                         # GiB and GB differ by 7%, MiB and MB by 5%
         slips.append((unit[0] + "iB", scale / _UNITS[binary]))

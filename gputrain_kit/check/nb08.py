@@ -37,7 +37,7 @@ def nb08_measured_peak(answer: Any, *, tolerance: float = 0.08) -> Verdict:
                        "string with its unit, e.g. '60 MB'.")
     from ..memory import estimate_memory
 
-    levers = {"optimizer": "sgd", "dtype_policy": "mixed_bfloat16", "accumulation_steps": 4}
+    levers: dict[str, Any] = {"optimizer": "sgd", "dtype_policy": "mixed_bfloat16", "accumulation_steps": 4}
     mb = estimate_memory(twin(), batch_size=2048, **levers).peak / 1e6
     slip = unit_slip(value, mb, "MB", tolerance)
     if slip:
