@@ -143,13 +143,7 @@ class MemoryExplorer:
         self._said_once = []
         usual = PRESET_BATCHES.get(PRESETS[self.preset.value])
         if usual is not None and usual != self.batch.value:
-            self._quiet = True
-            try:
-                if usual not in self.batch.options:
-                    self.batch.options = sorted({*self.batch.options, usual})
-                self.batch.value = usual
-            finally:
-                self._quiet = False
+            self._set_quietly(self.batch, usual)          # every preset's batch is among the slider's options
             self._said_once.append(f"Global batch set to {usual:,}, the usual batch for this model: move the "
                                    "slider to change it.")
         self.update()
