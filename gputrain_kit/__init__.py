@@ -12,7 +12,7 @@ from .devices import SetupError, SetupReport, current, device_names, inventory, 
 from .errors import error_summary, expect_error
 from .explainer import ExplainedError, Explanation, explain, explain_errors
 from .measure import MemoryMeasurement, measure_memory
-from .memory import estimate_memory
+from .memory import estimate_memory, memory_verdict
 from .multiworker import PortInUseError, WorkerError, WorkerFailed, WorkerTimeout, launch_local_workers
 from .saving import load_verified, save_verified
 from .scaling import scaling_model
@@ -41,7 +41,7 @@ __all__ = [
     "setup", "device_names", "inventory", "current", "plan_batches", "expect_error", "error_summary",
     "device_activity", "DeviceActivity", "ProfilerBusyError", "activity",
     "explain", "explain_errors", "Explanation", "ExplainedError", "explainer", "netns",
-    "parse_cuda_visible_devices", "estimate_memory", "measure_memory", "MemoryMeasurement", "branches", "memory", "pipeline",
+    "parse_cuda_visible_devices", "estimate_memory", "memory_verdict", "measure_memory", "MemoryMeasurement", "branches", "memory", "pipeline",
     "save_verified", "load_verified", "saving", "checkpoints",
     "scaling_model", "scaling", "feeding", "lrscaling",
     "replica_report", "ReplicaHealth", "ReplicaHealthError", "check_batch_plan", "replicas",

@@ -31,8 +31,8 @@ from typing import Any, Sequence
 
 from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short, typed
 
-__all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "split_layers", "preset_profile",
-           "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "DTYPE_POLICIES", "ZERO_STAGES", "remat_checkpoints",
+__all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "memory_verdict", "TIGHT_SHARE", "split_layers",
+           "preset_profile", "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "DTYPE_POLICIES", "ZERO_STAGES", "remat_checkpoints",
            "rematerialize"]
 
 OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1, "sgd-momentum": 1, "sgd": 0}
@@ -406,3 +406,39 @@ def rematerialize(model: Any):
         segments.append(segment(layers[start:end + 1], name=f"remat_{len(segments)}"))
         start = end + 1
     return keras.Sequential([keras.Input(model.inputs[0].shape[1:])] + segments, name=f"{model.name}_remat")
+
+
+#: Within this share of the card, an estimate that fits is called tight: it leaves out the CUDA context, cuDNN's
+#: workspace and the step's temporaries (notebook 08, section 10).
+TIGHT_SHARE = 0.85
+
+
+def memory_verdict(estimate: Any, capacity_gb: float) -> str:
+    """One sentence: does the fullest device of ``estimate`` (``estimate_memory``'s) fit on a card of
+    ``capacity_gb`` GB (10**9 bytes), tight within 15% of it, and which part dominates it."""
+    from .plots import human_bytes
+
+    if not isinstance(estimate, MemoryEstimate):
+        raise ArgumentTypeError(f"memory_verdict: estimate must be what estimate_memory(...) returns, got "
+                                f"{short(estimate)}; e.g. memory_verdict(kit.estimate_memory(model, batch_size=32), 12).")
+    if isinstance(capacity_gb, bool) or not isinstance(capacity_gb, (int, float)) or not capacity_gb > 0:
+        raise ArgumentTypeError(f"memory_verdict: capacity_gb must be the card's memory in GB, a positive number, "
+                                f"got {short(capacity_gb)}; e.g. 12 for a 12 GB card.")
+
+    fullest = max(estimate.per_device, key=lambda d: d["total"])
+    state = fullest["parameters"] + fullest["gradients"] + fullest["optimizer"] + fullest.get("accumulators", 0)
+    activations = fullest["activations"]
+    if min(state, activations) >= 0.9 * max(state, activations):
+        what = "model state and activations about equally"
+    else:
+        held = [name for key, name in (("parameters", "parameters"), ("gradients", "gradients"),
+                                       ("optimizer", "optimizer slots"), ("accumulators", "accumulators"))
+                if fullest.get(key, 0) > 0]                   # SGD has no slots: not named
+        what = f"mostly model state ({', '.join(held)})" if state > activations else "mostly activations"
+    if estimate.peak > capacity_gb * 1e9:
+        fits = "OUT OF MEMORY"
+    elif estimate.peak > TIGHT_SHARE * capacity_gb * 1e9:
+        fits = "fits, but tight (within 15% of the card, which a real step's extras can fill)"
+    else:
+        fits = "fits"
+    return f"fullest device needs {human_bytes(estimate.peak)} of a {capacity_gb:g} GB card: {fits}; {what}."

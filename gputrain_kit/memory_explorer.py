@@ -1,5 +1,5 @@
-"""The memory explorer (notebooks 03 and 08) and the one-sentence verdict it and the notebooks print: estimates of
-each preset model's memory per device against a card, as ipywidgets over ``memory.estimate_memory``.
+"""The memory explorer (notebooks 03 and 08): estimates of each preset model's memory per device against a card,
+as ipywidgets over ``memory.estimate_memory``, with ``memory.memory_verdict``'s one sentence.
 
 ``gputrain_kit.widgets`` re-exports everything here; the notebooks use ``kit.widgets.MemoryExplorer``.
 """
@@ -8,38 +8,12 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from .memory import TIGHT_SHARE, memory_verdict  # the verdict is logic (memory.py), re-exported here
+
 #: The resolution of the figures the explorers draw as images (Jupyter's inline figures: 100).
 PNG_DPI = 100
 
 __all__ = ["MemoryExplorer", "memory_verdict", "PRESET_BATCHES", "TIGHT_SHARE"]
-
-
-#: Within this share of the card, an estimate that fits is called tight: it leaves out the CUDA context, cuDNN's
-#: workspace and the step's temporaries (notebook 08, section 10).
-TIGHT_SHARE = 0.85
-
-
-def memory_verdict(estimate: Any, capacity_gb: float) -> str:
-    """One sentence: does the fullest device fit on the card (tight within 15% of it), and what dominates it."""
-    from .plots import human_bytes
-
-    fullest = max(estimate.per_device, key=lambda d: d["total"])
-    state = fullest["parameters"] + fullest["gradients"] + fullest["optimizer"] + fullest.get("accumulators", 0)
-    activations = fullest["activations"]
-    if min(state, activations) >= 0.9 * max(state, activations):
-        what = "model state and activations about equally"
-    else:
-        held = [name for key, name in (("parameters", "parameters"), ("gradients", "gradients"),
-                                       ("optimizer", "optimizer slots"), ("accumulators", "accumulators"))
-                if fullest.get(key, 0) > 0]                   # SGD has no slots: not named
-        what = f"mostly model state ({', '.join(held)})" if state > activations else "mostly activations"
-    if estimate.peak > capacity_gb * 1e9:
-        fits = "OUT OF MEMORY"
-    elif estimate.peak > TIGHT_SHARE * capacity_gb * 1e9:
-        fits = "fits, but tight (within 15% of the card, which a real step's extras can fill)"
-    else:
-        fits = "fits"
-    return f"fullest device needs {human_bytes(estimate.peak)} of a {capacity_gb:g} GB card: {fits}; {what}."
 
 
 # The batch each MemoryExplorer preset comes with: notebook 03's 96 images for InceptionV3 (the Q&A thread's

@@ -307,6 +307,22 @@ def test_memory_verdict_says_tight_ties_and_small_sizes():
     assert "KB of a 12 GB card: fits" in small and "0.00" not in small
 
 
+
+def test_memory_verdict_is_the_kits_and_refuses_what_is_not_an_estimate_or_a_card():
+    """Notebook 08 calls kit.memory_verdict (the explorer's sentence, one function); a profile instead of an
+    estimate, or a card given as text, zero or True, is named at the call with an example."""
+    import gputrain_kit as kit
+
+    assert kit.memory_verdict is memory_verdict
+    full = dense_stack_profile(8, 8192, head=16)
+    with pytest.raises(TypeError, match=r"estimate must be what estimate_memory\(...\) returns"):
+        memory_verdict(full, 12)
+    estimate = estimate_memory(full, batch_size=32768)
+    for card in ("12", 0, -1, True, None):
+        with pytest.raises(TypeError, match="capacity_gb must be the card's memory in GB"):
+            memory_verdict(estimate, card)
+    assert "OUT OF MEMORY" in memory_verdict(estimate, 12.0) and ": fits;" in memory_verdict(estimate, 40)
+
 def test_estimate_memory_reads_a_strategy_and_a_keras_optimizer():
     """The course calls strategy objects "strategy" and compiles models with optimizer objects: the estimate
     accepts both, and takes a compiled model's own optimizer when none is named."""
