@@ -12,7 +12,7 @@ from typing import Any
 
 from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short
 from .cpu_kernels import require_allocator_stats
-from .memory import DTYPE_POLICIES
+from .memory import DTYPE_POLICIES, _optimizer_key
 from .processes import BackgroundRun
 
 __all__ = ["measure_training_step", "MemoryMeasurement", "measure_memory", "measure_levers", "start_measuring",
@@ -94,7 +94,7 @@ def _check_remat_model(func: str, build: Any) -> None:
                                 f"measure without remat and wrap consecutive layers in keras.remat by hand.")
 
 
-def _measure_config(func: str, build: Any, *, batch_size: int, optimizer: str, dtype_policy: str, remat: bool,
+def _measure_config(func: str, build: Any, *, batch_size: int, optimizer: Any, dtype_policy: str, remat: bool,
                     accumulation_steps: int, steps: int) -> tuple[str, dict, dict]:
     """build's source, the child's config and the config shown to the user, every argument checked
     first (errors name ``func``)."""
@@ -102,7 +102,10 @@ def _measure_config(func: str, build: Any, *, batch_size: int, optimizer: str, d
 
     source = build_source(func, build, returns="an uncompiled Keras model", runs="It")
     batch_size = require_int(func, "batch_size", batch_size, minimum=1)
-    optimizer = require_choice(func, "optimizer", optimizer, _OPTIMIZER_CLASSES)
+    if optimizer is None:
+        raise ArgumentTypeError(f"{func}: optimizer must be a name from {list(_OPTIMIZER_CLASSES)} or a Keras "
+                                "optimizer, got None; e.g. optimizer='adam'.")
+    optimizer = _optimizer_key(func, optimizer, None)      # a name in any case, or a Keras optimizer, as estimate_memory
     dtype_policy = require_choice(func, "dtype_policy", dtype_policy, DTYPE_POLICIES)
     remat = require_bool(func, "remat", remat)
     accumulation_steps = require_int(func, "accumulation_steps", accumulation_steps, minimum=1)
@@ -208,7 +211,7 @@ def _measure_now(func: str, source: str, name: str, jobs: list[tuple[str, dict, 
     return results
 
 
-def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtype_policy: str = "float32",
+def measure_memory(build: Any, *, batch_size: int, optimizer: Any = "adam", dtype_policy: str = "float32",
                    remat: bool = False, accumulation_steps: int = 1, steps: int = 2,
                    kernels: str | None = None) -> MemoryMeasurement:
     """Train ``build()``'s model for ``steps`` steps in a fresh process and ask TensorFlow's allocator.
@@ -218,7 +221,8 @@ def measure_memory(build: Any, *, batch_size: int, optimizer: str = "adam", dtyp
     on random data with a mean-squared-error loss: one whole update, then ``steps`` updates measured
     (``steps x accumulation_steps`` training steps). ``batch_size`` is the batch of one update: with
     ``accumulation_steps=k`` each step runs ``batch_size / k`` samples. ``remat=True`` rematerializes
-    the model in segments (``rematerialize``). A process of its own, with a new TensorFlow runtime and
+    the model in segments (``rematerialize``). ``optimizer``: a name (``"adam"``, ``"sgd"``, ...) or a Keras
+    optimizer, as ``estimate_memory`` takes it (only its kind matters: its slots). A process of its own, with a new TensorFlow runtime and
     allocator: a model measured after another in one process would count what the first one left. On
     Linux it is forked from a process that has imported TensorFlow but not started it, which saves the
     import (about 4 s here); elsewhere, or with ``GPUTRAIN_FORK=0``, a new interpreter.

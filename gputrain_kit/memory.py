@@ -31,9 +31,9 @@ from typing import Any, Sequence
 
 from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short, typed
 
-__all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "memory_verdict", "TIGHT_SHARE", "split_layers",
-           "preset_profile", "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "DTYPE_POLICIES", "ZERO_STAGES", "remat_checkpoints",
-           "rematerialize"]
+__all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "memory_verdict", "TIGHT_SHARE", "human_bytes",
+           "split_layers", "preset_profile", "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "DTYPE_POLICIES",
+           "ZERO_STAGES", "remat_checkpoints", "rematerialize"]
 
 OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1, "sgd-momentum": 1, "sgd": 0}
 PRESETS = {
@@ -408,6 +408,14 @@ def rematerialize(model: Any):
     return keras.Sequential([keras.Input(model.inputs[0].shape[1:])] + segments, name=f"{model.name}_remat")
 
 
+def human_bytes(n: float) -> str:
+    """Bytes in the unit that reads best: 4.81e-06 GB is 4.8 KB."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} bytes"
+
+
 #: Within this share of the card, an estimate that fits is called tight: it leaves out the CUDA context, cuDNN's
 #: workspace and the step's temporaries (notebook 08, section 10).
 TIGHT_SHARE = 0.85
@@ -416,8 +424,6 @@ TIGHT_SHARE = 0.85
 def memory_verdict(estimate: Any, capacity_gb: float) -> str:
     """One sentence: does the fullest device of ``estimate`` (``estimate_memory``'s) fit on a card of
     ``capacity_gb`` GB (10**9 bytes), tight within 15% of it, and which part dominates it."""
-    from .plots import human_bytes
-
     if not isinstance(estimate, MemoryEstimate):
         raise ArgumentTypeError(f"memory_verdict: estimate must be what estimate_memory(...) returns, got "
                                 f"{short(estimate)}; e.g. memory_verdict(kit.estimate_memory(model, batch_size=32), 12).")

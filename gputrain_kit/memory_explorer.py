@@ -58,17 +58,17 @@ class MemoryExplorer:
         self.strategy = widgets.ToggleButtons(options=["single", "data", "split"], value=strategy,
                                               description="strategy", style=wide)
         self.capacity = widgets.Dropdown(options=[12, 16, 24, 80], value=capacity_gb, description="card (GB)",
-                                         style=wide)
+                                         style=wide, layout=widgets.Layout(width="160px"))
         self.optimizer = widgets.Dropdown(options=list(OPTIMIZER_SLOTS), value=optimizer, description="optimizer",
                                           style=wide, layout=widgets.Layout(width="200px"))
         self.precision = widgets.ToggleButtons(options=list(DTYPE_POLICIES), value=dtype_policy,
                                                description="precision", style=wide)
-        self.remat = widgets.Checkbox(value=remat, description="recompute activations", indent=False)
+        self.remat = widgets.Checkbox(value=remat, description="recomputation (keras.remat segments)", indent=False)
         self.accumulation = widgets.Dropdown(options=sorted({1, 2, 4, 8, 16, accumulation_steps}),
                                              value=accumulation_steps, description="accumulation steps", style=wide,
                                              layout=widgets.Layout(width="200px"))
         self.zero_stage = widgets.Dropdown(options=list(ZERO_STAGES), value=zero_stage,
-                                           description="ZeRO stage (modelled)", style=wide,
+                                           description="ZeRO (modelled)", style=wide,
                                            layout=widgets.Layout(width="200px"))
         self.summary = widgets.HTML()
         # The figure as a PNG in an Image widget: drawn once per change (an Output displaying the figure

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .memory import TIGHT_SHARE, human_bytes  # noqa: F401  (human_bytes: also plots'; memory never imports plots)
+
 __all__ = ["scaling_figure", "memory_figure", "scaling_curve_figure", "sweep_figure", "replica_heatmap",
            "activity_figure", "activity_comparison", "KINDS"]
 
@@ -48,17 +50,9 @@ def scaling_figure(rows: Sequence[dict[str, Any]]):
     return fig
 
 
-def human_bytes(n: float) -> str:
-    """Bytes in the unit that reads best: 4.81e-06 GB is 4.8 KB."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
-    return f"{n:.0f} bytes"
-
-
 def memory_figure(estimate: Any, capacity_gb: float):
-    """Per-device totals against a card's memory (left), and the fullest device's parts on a log scale
-    (right), so that a part far smaller than the others is still readable instead of a sliver."""
+    """Per-device totals against a card's memory (left), and the fullest device's parts (right), on a linear
+    scale, so that the largest part looks largest; each bar is labelled with its size, a sliver included."""
     import matplotlib.pyplot as plt
 
     every: tuple[str, ...] = ("parameters", "gradients", "optimizer", "accumulators", "activations")
@@ -74,22 +68,27 @@ def memory_figure(estimate: Any, capacity_gb: float):
         values = [d[part] / 1e9 for d in estimate.per_device]
         ax.bar(xs, values, bottom=bottom, label=part, color=colour_of[part])
         bottom = [b + v for b, v in zip(bottom, values)]
+    top = max(max(bottom), capacity_gb) * 1.15
     for x, total in zip(xs, bottom):
-        ax.annotate(f"{total:.2f}", (x, total), ha="center", va="bottom", fontsize=8)
+        # a total just under or over the card's line is written above the line, not through it
+        y = max(total, capacity_gb) + 0.01 * top if abs(total - capacity_gb) < 0.06 * top else total
+        ax.annotate(f"{total:.2f}", (x, y), ha="center", va="bottom", fontsize=8)
     ax.axhline(capacity_gb, color="red", linestyle="--", label=f"{capacity_gb:g} GB card")
+    ax.axhline(TIGHT_SHARE * capacity_gb, color="red", linestyle=":", alpha=0.5,
+               label=f"{TIGHT_SHARE:.0%} of it: tight above")
     ax.set(xticks=xs, xticklabels=[str(i) for i in xs], xlabel="device", ylabel="GB",   # 8 labels fit
-           ylim=(0, max(max(bottom), capacity_gb) * 1.15),
+           ylim=(0, top),
            title=f"{estimate.strategy}: {len(xs)} device(s), global batch {estimate.batch_size}")
-    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=6, fontsize=8, frameon=False)
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=7, fontsize=8, frameon=False)
     fullest = max(estimate.per_device, key=lambda d: d["total"])
-    shown = [part for part in parts if fullest[part] > 0]       # a log axis has no place for 0: said in words
+    shown = [part for part in parts if fullest[part] > 0]       # no bar of 0 bytes: said in words
     values = [fullest[part] / 1e9 for part in shown]
     parts_ax.barh(range(len(shown)), values, color=[colour_of[p] for p in shown])
     for row, (part, value) in enumerate(zip(shown, values)):
         parts_ax.annotate(f" {human_bytes(fullest[part])}", (value, row), va="center", fontsize=8)
     none = [part for part in parts if fullest[part] <= 0]
-    parts_ax.set(xscale="log", yticks=range(len(shown)), yticklabels=shown, xlabel="GB (log scale)",
-                 xlim=(min(values) / 3, max(values) * 30) if values else (1e-3, 1),
+    parts_ax.set(yticks=range(len(shown)), yticklabels=shown, xlabel="GB",
+                 xlim=(0, max(values) * 1.5) if values else (0, 1),           # room for each bar's label
                  title="fullest device, by part" + (f"\n(0 bytes: {', '.join(none)})" if none else ""))
     parts_ax.invert_yaxis()
     plt.close(fig)

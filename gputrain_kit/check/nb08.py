@@ -18,6 +18,16 @@ def twin():
                             + [keras.layers.Dense(16)])
 
 
+def _tight(gb: float) -> str:
+    """The sentence a right answer gets where it fits only without section 10's 15% margin."""
+    from ..memory import TIGHT_SHARE
+
+    if gb <= TIGHT_SHARE * CARD_GB:
+        return ""
+    return (f" By section 10's margin that is tight ({gb:.1f} of {CARD_GB} GB, within 15%): on a real card, add "
+            "another lever too.")
+
+
 def _bf16_emulated() -> bool:
     """Whether a fresh process here runs bfloat16 emulated (the family it gets, read without TensorFlow)."""
     from .. import cpu_kernels
@@ -44,10 +54,16 @@ def nb08_measured_peak(answer: Any, *, tolerance: float = 0.08) -> Verdict:
         return verdict(answer, False, "", "", form=slip)
     if abs(value - mb) > tolerance * mb:
         side = "above" if value > mb else "below"       # which way, never the value: try again first
+        gradients = estimate_memory(twin(), batch_size=2048).per_device[0]["gradients"] / 1e6
+        float32 = estimate_memory(twin(), batch_size=2048, optimizer="sgd", accumulation_steps=4).peak / 1e6
+        slips = {   # the likeliest single slips, each named by what was forgotten, never by the sum
+            mb - gradients: "Does an accumulator replace the step's gradients? It sits beside them: each step "
+                            "computes its gradients, then adds them into the accumulator.",
+            float32: "Which part does mixed precision shrink, and by how much?"}
+        slip_hint = next((text for near, text in slips.items() if abs(value - near) <= tolerance * near / 2), "")
         return verdict(answer, False, "", f"Your {value:g} MB is more than {tolerance:.0%} {side} the estimate. "
-                       "Take the start's parts: the parameters, SGD's slots (none), one accumulator per parameter, "
-                       "one step's gradients, and one step's activations: a quarter of the batch, 2 bytes a value "
-                       "instead of 4.")
+                       + (slip_hint or "Start from the twin's four parts (section 1) and ask of each lever which "
+                          "part it removes, adds or shrinks, and by how much (section 2's table)."))
     from ..measure import measure_memory
 
     measured = measure_memory(twin, batch_size=2048, **levers)
@@ -61,6 +77,9 @@ def nb08_measured_peak(answer: Any, *, tolerance: float = 0.08) -> Verdict:
 def nb08_accumulation_to_fit(answer: Any) -> Verdict:
     """The full model, Adam, float32, one device: the fewest accumulation steps (a power of 2) that fit a
     12 GB card."""
+    if isinstance(answer, str):        # 'x8', '8 accumulation steps', 'accumulation x8': the notebook's own forms
+        words = [w for w in answer.lower().replace("×", "x").split() if w not in ("accumulation", "accumulations")]
+        answer = " ".join(w[1:] if w.startswith("x") and w[1:].isdigit() else w for w in words)
     value = as_int(answer, units=("step", "steps"))
     if value is None:
         return verdict(answer, False, "", "", form="Give a whole number of steps, such as 2.")
@@ -76,7 +95,7 @@ def nb08_accumulation_to_fit(answer: Any) -> Verdict:
                                                        accumulation_steps=value).fits(CARD_GB):
         hint = f"{value} steps fit, but so does a smaller power of 2: which is the fewest?"
     return verdict(answer, value == right, f"{right} steps: {gb:.1f} GB. The accumulators add a copy of the "
-                   "parameters, so the activations must shrink by more than that.", hint)
+                   "parameters, so the activations must shrink by more than that." + _tight(gb), hint)
 
 
 def nb08_devices_without_zero(answer: Any) -> Verdict:
@@ -106,4 +125,4 @@ def nb08_devices_without_zero(answer: Any) -> Verdict:
     aside = "".join(f" ({n} devices would hold {peaks[n]:.1f} GB, but {FULL_BATCH:,} does not split evenly over {n})"
                     for n in uneven)
     return verdict(answer, value == right, f"{right} devices: {peaks[right]:.1f} GB each. Every device keeps the "
-                   f"whole model state; only the activations are divided{aside}.", hint)
+                   f"whole model state; only the activations are divided{aside}." + _tight(peaks[right]), hint)

@@ -26,7 +26,8 @@ def test_the_full_model_is_the_twin_scaled_16_times_in_width():
     assert 250 < ratio < 257                      # every part about 1/256 (biases and the head scale less)
 
 
-@pytest.mark.parametrize("answer", [8, "8", 8.0, np.int64(8), "16/2", "8 steps"])
+@pytest.mark.parametrize("answer", [8, "8", 8.0, np.int64(8), "16/2", "8 steps", "x8", "X8", "8 accumulation steps",
+                                    "accumulation x8", "×8"])
 def test_accumulation_to_fit_right_in_every_form(answer):
     assert check.nb08_accumulation_to_fit(answer)
 
@@ -98,6 +99,37 @@ def test_measured_peak_judges_the_estimate_and_measures_only_a_right_answer(monk
     slip = check.nb08_measured_peak(mb * 1e6)                                  # bytes, not MB
     assert not slip and "right amount in bytes" in repr(slip)
     assert check.nb08_measured_peak(mb * 1.07) and not check.nb08_measured_peak(mb * 1.07, tolerance=0.05)
+
+
+def test_a_right_answer_that_fits_only_without_the_margin_is_called_tight():
+    """A reader noticed that exercises 2 and 3 ask for configurations section 10 calls unsafe (11.8 and 10.7 of
+    12 GB): the right answer says so, and names the margin; a configuration under it would not be called tight."""
+    for right in (check.nb08_accumulation_to_fit(8), check.nb08_devices_without_zero(4)):
+        assert right and "tight" in repr(right) and "within 15%" in repr(right)
+    from gputrain_kit.check.nb08 import _tight as nb08_tight
+
+    assert nb08_tight(0.85 * 12) == "" and nb08_tight(0.86 * 12)
+    assert "x8" not in repr(check.nb08_accumulation_to_fit("x4")) and not check.nb08_accumulation_to_fit("x4")
+
+
+def test_the_measured_peak_hint_names_the_method_or_the_one_slip_not_the_terms():
+    """A reader found the hint after one wrong answer listing every term of the sum: it now sends the reader to the
+    twin's parts and section 2's table; the two likeliest slips (the accumulator taken for the step's gradients,
+    mixed precision forgotten) are named by what was forgotten, never by the sum."""
+    hint = repr(check.nb08_measured_peak(15))
+    assert "section 2's table" in hint and "accumulator" not in hint and "2 bytes" not in hint
+
+    def estimate(**kwargs):
+        return estimate_memory(check.twin(), batch_size=2048, **kwargs)
+
+    levers = {"optimizer": "sgd", "dtype_policy": "mixed_bfloat16", "accumulation_steps": 4}
+    mb = estimate(**levers).peak / 1e6
+    no_gradients = mb - estimate().per_device[0]["gradients"] / 1e6
+    for slip, named in ((no_gradients, "Does an accumulator replace the step's gradients?"),
+                        (estimate(optimizer="sgd", accumulation_steps=4).peak / 1e6, "mixed precision shrink")):
+        for answer in (slip, round(slip)):
+            verdict = check.nb08_measured_peak(answer)
+            assert not verdict and named in repr(verdict) and f"{mb:.1f}" not in repr(verdict), answer
 
 
 def test_a_count_that_fits_but_is_not_the_fewest_is_told_so():

@@ -367,9 +367,10 @@ def test_an_estimate_of_a_recurrent_model_says_what_it_leaves_out():
     assert ratio > 1.2, ratio
 
 
-def test_memory_figure_keeps_each_parts_colour_and_leaves_no_zero_bar_on_its_log_axis():
+def test_memory_figure_keeps_each_parts_colour_draws_parts_to_scale_and_no_zero_bar():
     """The explorer's plot: a part keeps its colour whether or not accumulators appear; a part of 0 bytes (plain
-    SGD's slots) is named in the title ('0 bytes: optimizer'), not drawn at 1e-9 GB; small parts in KB/MB, not '4.81e-06 GB'."""
+    SGD's slots) is named in the title ('0 bytes: optimizer'), not drawn; small parts in KB/MB, not '4.81e-06 GB'.
+    Readers found the parts' log axis making 2.15 GB and 8.59 GB look alike: the axis is linear, bars to scale."""
     from gputrain_kit.plots import human_bytes, memory_figure
 
     assert human_bytes(4810) == "4.81 KB" and human_bytes(2.5e9) == "2.5 GB" and human_bytes(12) == "12 bytes"
@@ -386,6 +387,11 @@ def test_memory_figure_keeps_each_parts_colour_and_leaves_no_zero_bar_on_its_log
     parts_ax = plain.axes[1]
     assert "optimizer" not in [t.get_text() for t in parts_ax.get_yticklabels()]
     assert "(0 bytes: optimizer)" in parts_ax.get_title()
+    assert parts_ax.get_xscale() == "linear"
+    full = dense_stack_profile(8, 8192, head=16)
+    by_part = memory_figure(estimate_memory(full, batch_size=32768, accumulation_steps=8), 12).axes[1]
+    widths = {t.get_text(): p.get_width() for t, p in zip(by_part.get_yticklabels(), by_part.patches)}
+    assert abs(widths["activations"] / widths["parameters"] - 0.5) < 0.01      # 1.07 GB vs 2.15 GB, to scale
 
 
 def test_memory_explorer_folds_notebook_08s_levers_where_asked():

@@ -58,6 +58,7 @@ def test_notebook_08s_walk_fits_with_room_and_adam_on_one_card_never_does():
     state = estimate_memory(full, batch_size=32768, optimizer="adam").per_device[0]
     assert round((state["parameters"] + state["gradients"] + state["optimizer"]) / 12e9, 2) == 0.72
 
+
 @pytest.mark.parametrize("stage, sharded", [(1, {"optimizer"}), (2, {"optimizer", "gradients"}),
                                             (3, {"optimizer", "gradients", "parameters"})])
 def test_zero_stages_shard_what_they_say(stage, sharded):
@@ -90,6 +91,36 @@ def test_measure_memory_refuses_what_it_cannot_ship():
 
     with pytest.raises(ValueError, match="build must take no arguments"):
         measure_memory(needs_width, batch_size=8)
+
+
+def tiny_build():
+    """A model of 10 parameters, defined at the top level as measure_memory asks."""
+    import keras
+
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+
+
+def test_measure_memory_takes_the_optimizer_forms_estimate_memory_takes():
+    """A reader passed keras.optimizers.Adam() to measure_memory, as estimate_memory accepts, and was refused:
+    both take a name in any case or a Keras optimizer (SGD with momentum is 'sgd-momentum'), checked before any
+    process starts; an unknown optimizer or None is named at the call."""
+    import keras
+
+    from gputrain_kit.measure import _measure_config
+
+    build = tiny_build
+
+    def chosen(optimizer):
+        return _measure_config("measure_memory", build, batch_size=8, optimizer=optimizer, dtype_policy="float32",
+                               remat=False, accumulation_steps=1, steps=1)[2]["optimizer"]
+
+    assert chosen(keras.optimizers.Adam()) == "adam" == chosen("Adam") == estimate_memory(
+        build(), batch_size=8, optimizer=keras.optimizers.Adam()).optimizer
+    assert chosen(keras.optimizers.SGD(momentum=0.9)) == "sgd-momentum" and chosen(keras.optimizers.SGD()) == "sgd"
+    with pytest.raises(ValueError, match="optimizer Adagrad is not one the estimate knows"):
+        measure_memory(build, batch_size=8, optimizer=keras.optimizers.Adagrad())
+    with pytest.raises(TypeError, match="optimizer must be a name"):
+        measure_memory(build, batch_size=8, optimizer=None)
 
 
 def wide_then_narrow():
@@ -172,15 +203,22 @@ def test_remat_scope_fails_on_tensorflow_and_rematerialize_gives_the_same_gradie
         kit.setup(devices=1)
         import keras, tensorflow as tf
         x, y = np.random.default_rng(0).normal(size=(64, 32)).astype("float32"), np.zeros((64, 4), "float32")
-        with keras.RematScope(mode="full"):
-            scoped = keras.Sequential([keras.Input((32,))] + [keras.layers.Dense(32, activation="tanh") for _ in range(4)]
-                                      + [keras.layers.Dense(4)])
-        scoped.compile("sgd", "mse")
-        try:
-            scoped.fit(x, y, epochs=1, verbose=0)
-            failure = None
-        except Exception as err:
-            failure = str(err)
+        def fails(mode, **options):
+            with keras.RematScope(mode=mode, **options):
+                scoped = keras.Sequential([keras.Input((32,))]
+                                          + [keras.layers.Dense(32, activation="tanh", name=f"d{i}") for i in range(4)]
+                                          + [keras.layers.Dense(4)])
+            scoped.compile("sgd", "mse")
+            try:
+                scoped.fit(x, y, epochs=1, verbose=0)
+                return None
+            except Exception as err:
+                return str(err)
+        failure = fails("full")
+        # the other modes that wrap a layer's whole call: selected layers fail the same way (notebook 08, section 5)
+        others = {"larger_than": fails("larger_than", output_size_threshold=16),
+                  "list_of_layers": fails("list_of_layers", layer_names=["d1"]),
+                  "larger_than, none selected": fails("larger_than", output_size_threshold=10**6)}
         plain = keras.Sequential([keras.Input((32,))] + [keras.layers.Dense(32, activation="tanh") for _ in range(4)]
                                  + [keras.layers.Dense(4)])
         remat = kit.memory.rematerialize(plain)
@@ -191,10 +229,13 @@ def test_remat_scope_fails_on_tensorflow_and_rematerialize_gives_the_same_gradie
         same = all(np.allclose(a, b, atol=1e-6) for a, b in zip(grads(plain), grads(remat)))
         remat.compile("sgd", "mse")
         history = remat.fit(x, y, epochs=1, verbose=0).history["loss"]
-        print(json.dumps({"failure": failure, "same": same, "shared": remat.trainable_weights == plain.trainable_weights,
+        print(json.dumps({"failure": failure, "others": others, "same": same, "shared": remat.trainable_weights == plain.trainable_weights,
                           "segments": [len(l.inner) for l in remat.layers], "loss": history}))
     """))
-    assert "custom_gradient decorator currently supports keywords arguments only when eager execution" in out["failure"]
+    refusal = "custom_gradient decorator currently supports keywords arguments only when eager execution"
+    assert refusal in out["failure"]
+    assert refusal in out["others"]["larger_than"] and refusal in out["others"]["list_of_layers"]
+    assert out["others"]["larger_than, none selected"] is None       # nothing wrapped: trains
     assert out["same"] and out["shared"]
     assert out["segments"] == [3, 2]             # 5 layers in segments of ceil(sqrt(5)) = 3
     assert out["loss"][0] >= 0
