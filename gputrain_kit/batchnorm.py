@@ -143,13 +143,17 @@ class Matrix:
         return "\n".join(lines)
 
     def __repr__(self) -> str:
+        import textwrap
+
         multi, mw = len(self.families) > 1, self._model_width
         head = (f"{'model':<{mw}} {'BatchNorm':<13} {'batches':<16} " + (f"{'kernels':<17}" if multi else "")
-                + f"{'outcome':<11} what you see")
+                + "outcome (and under it: what you see)")
         lines = [head, "-" * len(head)]
-        for r in self.results:
+        for r in self.results:       # what you see on lines of its own: a notebook never wraps it mid-word
             family = f"{FAMILY_NAMES.get(r.kernels, r.kernels):<17}" if multi else ""
-            lines.append(f"{r.model:<{mw}} {r.bn:<13} {r.batching:<16} {family}{r.outcome:<11} {r.detail}")
+            lines.append(f"{r.model:<{mw}} {r.bn:<13} {r.batching:<16} {family}{r.outcome}")
+            lines += textwrap.wrap(r.detail, 96, initial_indent="    ", subsequent_indent="    ",
+                                   break_on_hyphens=False, break_long_words=False)
         return "\n".join(lines)
 
 

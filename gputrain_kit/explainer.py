@@ -146,7 +146,8 @@ _ENTRIES = (
     _Entry(Explanation(
         "non-finite-model",
         "The kit refused to save a model that holds NaN or inf in some replica's copy of a variable.",
-        "A file saved now would load without complaint and predict NaN. With MirroredStrategy the usual cause "
+        "A file saved now keeps replica 0's copy: it would predict NaN, or, where only other replicas hold NaN, "
+        "hide it. With MirroredStrategy the usual cause "
         "is an empty replica batch that wrote NaN into BatchNormalization's moving statistics.",
         "inspect every replica's copies with `kit.replica_report(model, strategy)`, train again with fixed-size "
         "batches (`drop_remainder=True`), or save anyway for a post-mortem with `allow_nonfinite=True`.",

@@ -46,7 +46,7 @@ _LINES = {
     "device_lib_listing": lambda v: f"device_lib.list_local_devices(): GPU 0 holds {_mib(v['after'])}",
     "first_op_growth": lambda v: f"first op, memory growth on:       GPU 0 holds {_mib(v['after'])}",
     "kit_setup_memory": lambda v: f"kit.setup(devices=4), first op:   GPU 0 holds {_mib(v['after'])} "
-                                  f"({v['mode']}, {v['limit']} MB per logical GPU)",
+                                  f"({v['mode']}, {v['limit']} MiB per logical GPU)",
     "kit_setup_one_gpu": lambda v: f"kit.setup(devices=1), first op:   GPU 0 holds {_mib(v['after'])} "
                                    f"({v['mode']}, memory growth {v['growth']})",
     "plain_fit_peaks_split": lambda v: f"plain fit, peaks: {_peaks(v)}",
@@ -58,14 +58,14 @@ _LINES = {
                                             f"{len(v['gpus'])} GPU(s)",
     "growth_after_split": lambda v: f"growth after the split: {_error(v)}",
     "growth_before_split": lambda v: f"growth before the split: accepted, get_memory_growth says {v['says_growth']}, "
-                                     f"and a first op holds {_mib(v['after'])} (two 1024 MB logical GPUs: "
+                                     f"and a first op holds {_mib(v['after'])} (two 1024 MiB logical GPUs: "
                                      "the growth was dropped)",
     "growth_after_init": lambda v: f"growth after the first op: {_error(v)}",
     "nccl_on_logical_gpus": lambda v: f"NcclAllReduce on 2 logical GPUs of 1 GPU: {_error(v)}",
     "hierarchical_copy_on_logical_gpus": lambda v: f"HierarchicalCopyAllReduce on 4 logical GPUs: "
                                                    f"{'trains, loss ' + format(v['loss'], '.3f') if v.get('loss') else _error(v)}",
-    "oom_tensor": lambda v: f"2 GiB tensor on a 1024 MB logical GPU: {_error(v)}",
-    "oom_fit": lambda v: f"4 x Dense(4096) with Adam on a 1024 MB logical GPU: {_error(v)}",
+    "oom_tensor": lambda v: f"2 GiB tensor on a 1024 MiB logical GPU: {_error(v)}",
+    "oom_fit": lambda v: f"4 x Dense(4096) with Adam on a 1024 MiB logical GPU: {_error(v)}",
     "determinism_same": lambda v: f"two fresh processes, MirroredStrategy on 4 logical GPUs, weights bit for bit "
                                   f"the same: {v}",
     "activity_split": lambda v: f"device_activity, 4 logical GPUs: computed on "

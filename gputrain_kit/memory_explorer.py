@@ -157,12 +157,13 @@ class MemoryExplorer:
             self.plot.layout.display = "none"        # no figure for a refused setting
             return
         levers = self.estimate.assumptions[3:]       # after the three that every estimate states
-        self.summary.value = (f"<p>{html.escape(memory_verdict(self.estimate, self.capacity.value))}</p>"
-                              + "".join(f"<p style='font-size:90%'>{html.escape(a)}</p>"
-                                        for a in [*levers, *self._notes()]))
+        summary = (f"<p>{html.escape(memory_verdict(self.estimate, self.capacity.value))}</p>"
+                   + "".join(f"<p style='font-size:90%'>{html.escape(a)}</p>" for a in [*levers, *self._notes()]))
         png = io.BytesIO()
         memory_figure(self.estimate, self.capacity.value).savefig(png, format="png", dpi=PNG_DPI)
+        # the drawing is the slow part: the text and the figure change together after it, never one without the other
         self.plot.value = png.getvalue()
+        self.summary.value = summary
         self.plot.layout.display = None
 
     def _ipython_display_(self) -> None:

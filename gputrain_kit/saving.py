@@ -179,7 +179,8 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
     included (a distributed model's replicas are restored one by one, never synced to replica 0).
 
     A model holding NaN/inf in any replica's copy of any variable is refused (NonFiniteError, nothing
-    written): such a file loads without complaint and predicts NaN. ``allow_nonfinite=True`` saves it
+    written): such a file loads without complaint, and predicts NaN or hides the replicas' NaN (it keeps replica
+    0's copy). ``allow_nonfinite=True`` saves it
     anyway, for a post-mortem.
     """
     import numpy as np
@@ -191,8 +192,12 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
         raise ValueError("save_verified: the model has no variables yet: build it (call it once) before saving.")
     poisoned = _nonfinite(model)
     if poisoned and not allow_nonfinite:
+        # A saved file keeps replica 0's copy: NaN there is loaded and predicted; NaN elsewhere is lost, and hidden
+        kept = ("would load without complaint and predict NaN" if any(replica == 0 for _, replica in poisoned)
+                else "would keep replica 0's finite copy, load without complaint and hide that other replicas' "
+                     "copies hold NaN (predict under the strategy gives NaN rows)")
         raise NonFiniteError(f"save_verified: refusing to save {path.name}: {_describe(poisoned)}. A file saved "
-                             "now would load without complaint and predict NaN. Nothing was written. Inspect every "
+                             f"now {kept}. Nothing was written. Inspect every "
                              "replica's copies with gputrain_kit.replica_report(model, model.distribute_strategy) "
                              "(notebook 05); pass allow_nonfinite=True to save anyway for a post-mortem.",
                              poisoned)

@@ -396,7 +396,7 @@ def _parse_uuids(value: str, n: int, uuids: list[str] | None) -> Visibility:
             entries.append(Entry(text, "dropped", phys, None, f"GPU {phys} is repeated"))
             return _finish(value, n, entries, [], empty_reason=f"GPU {phys} is listed twice, and a repeated "
                            "device makes the CUDA runtime show no GPU at all")
-        note = "" if text == uuids[phys] else f"unambiguous prefix of GPU {phys}'s UUID"
+        note = "" if text == uuids[phys] else f"unambiguous prefix of CUDA GPU {phys}'s UUID"
         visible.append(phys)
         entries.append(Entry(text, "visible", phys, len(visible) - 1, note))
     return _finish(value, n, entries, visible)

@@ -163,8 +163,12 @@ class ScalingExplorer:
         return b * int(self.replicas.value) if self.mode.value == "per replica" else b
 
     def preview(self) -> None:
-        """Redraw the per-step split for the current controls (pure Python: instant)."""
+        """Redraw the per-step split for the current controls (pure Python: instant); the last run's status
+        (a refusal, "done.") belongs to settings no longer shown, so it is cleared."""
         from .batching import ArgumentOrderWarning, plan_batches
+
+        if not self.button.disabled:
+            self.status.value = ""
 
         with warnings.catch_warnings():   # the table shows an empty replica: no warning text under it
             warnings.simplefilter("ignore", ArgumentOrderWarning)
@@ -364,10 +368,17 @@ class MeshExplorer:
 
         batch, model = self.mesh.value
         self.per_device, full, refused = mesh_bytes(self.variables, model, self.shard.value)
+        ratio = full / self.per_device
+        holds = (f"<b>{ratio:.2f}x</b> less" if ratio > 1.005 else "<b>a full copy</b>: nothing is cut")
+        split = self.shard.value and model > 1 and ratio > 1.005
         rows = [f"each of the 8 devices holds <b>{human_bytes(self.per_device)}</b> of variables, a full copy is "
-                f"{human_bytes(full)}: <b>{full / self.per_device:.2f}x</b> less",
-                f"a global batch is cut into {batch} slice(s) along 'batch'; each slice is computed by the "
-                f"{model} device(s) of its 'model' row together"]
+                f"{human_bytes(full)}: {holds}",
+                f"a global batch is cut into {batch} slice(s) along 'batch'; "
+                + (f"each slice is computed by the {model} device(s) of its 'model' row together, each holding "
+                   "its share of every kernel" if split else
+                   f"the {model} devices of a 'model' row each hold a full copy and compute the same slice "
+                   "(nothing is divided among them)" if model > 1 else
+                   "each device computes its slice with its own full copy")]
         if refused:
             rows.append("left replicated (JAX refuses an uneven split): " + html.escape("; ".join(refused)))
         self.summary.value = "<ul>" + "".join(f"<li>{r}</li>" for r in rows) + "</ul>"

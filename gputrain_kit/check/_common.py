@@ -80,6 +80,15 @@ def as_amount(answer: Any, unit: str) -> float | None:
     return as_number(answer)
 
 
+def percent_slip(value: float | None, right: float, tolerance: float) -> str | None:
+    """The message for a bare number that is the right fraction written as a percentage (96 for 0.96); None when
+    it is not such a slip."""
+    if value is None or not 1 < value <= 100 or abs(value / 100 - right) >= tolerance:
+        return None
+    return (f"{value:g} reads as a percentage: give a fraction between 0 and 1, such as {value / 100:g}, or a "
+            f"string with the sign, such as '{value:g}%'.")
+
+
 def unit_slip(value: float, right: float, unit: str, tolerance: float) -> str | None:
     """The message for a bare number that is the right amount in bytes (or, where the tolerance tells them
     apart, in GiB/MiB) instead of ``unit``; None when it is not such a slip."""

@@ -61,10 +61,15 @@ def nb00_logical_per_gpu(answer: Any) -> Verdict:
 
 
 def nb00_last_gpu_name(answer: Any) -> Verdict:
-    """A server with 8 GPUs runs setup(devices=4): the name of the last device it creates."""
+    """A server with 8 GPUs runs setup(devices=4): the name of the last device it uses (``device_names()``'s last)."""
     from ..devices import mode_for
 
-    if as_int(answer) is not None and not isinstance(answer, str):
+    if isinstance(answer, str):                         # 'GPU 3' as said aloud, and '3' as the exercises allow
+        import re
+
+        said = re.fullmatch(r"\s*(?:gpu\s+)?(\d+)\s*", answer.strip("'\""), re.I)
+        answer = f"GPU:{said.group(1)}" if said else answer
+    elif as_int(answer) is not None:
         answer = f"GPU:{as_int(answer)}"                # the number alone: read as that GPU's name
     if not isinstance(answer, str):
         return verdict(answer, False, "", "", form="Give the device name as a string, e.g. '/device:CPU:0'.")

@@ -9,14 +9,17 @@ _NUMBER = "Give a whole number, e.g. 3."
 
 
 def nb01_physical_behind(answer: Any) -> Verdict:
-    """With CUDA_VISIBLE_DEVICES=3,1 on an 8-GPU server, which CUDA GPU is TensorFlow's /GPU:1?"""
+    """With CUDA_VISIBLE_DEVICES=3,5 on an 8-GPU server, which CUDA GPU is TensorFlow's /GPU:1? (Not 3,1: there
+    the answer, 1, is also what a reader who expects no renumbering says.)"""
     from ..visibility import parse_cuda_visible_devices
 
-    right = parse_cuda_visible_devices("3,1", 8).physical_of(1)
+    right = parse_cuda_visible_devices("3,5", 8).physical_of(1)
     value = as_int(answer)
+    hint = "Visible devices are renumbered in the order they are listed."
+    if value == 1:
+        hint = "That is CUDA GPU 1, which this list does not even show: TensorFlow numbers the visible GPUs anew."
     return verdict(answer, value == right,
-                   f"/GPU:1 is CUDA GPU {right}: visible devices are renumbered in list order.",
-                   "Visible devices are renumbered in the order they are listed.",
+                   f"/GPU:1 is CUDA GPU {right}: visible devices are renumbered in list order.", hint,
                    form=None if value is not None else _NUMBER)
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_amount, as_choice, as_int, as_number, unit_slip, verdict
+from ._common import Verdict, as_amount, as_choice, as_int, as_number, percent_slip, unit_slip, verdict
 
 
 def nb03_less_memory(answer: Any) -> Verdict:
@@ -29,9 +29,9 @@ def nb03_bubble(answer: Any) -> Verdict:
 
     right = bubble_fraction(4, 8)
     value = as_number(answer)
-    if value is not None and 1 < value <= 100 and abs(value / 100 - right) < 0.01:
-        return verdict(answer, False, "", "", form=f"{value:g} reads as a percentage: give a fraction between 0 "
-                       f"and 1, such as {value / 100:g}, or a string with the sign, such as '{value:g}%'.")
+    slip = percent_slip(value, right, 0.01)
+    if slip:
+        return verdict(answer, False, "", "", form=slip)
     return verdict(answer, value is not None and abs(value - right) < 0.01, f"{right:.3f} = (S - 1) / (M + S - 1).",
                    "(stages - 1) / (micro-batches + stages - 1).",
                    form=None if value is not None else "Give a fraction between 0 and 1: a number, or '3/11'.")

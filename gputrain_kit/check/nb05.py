@@ -47,6 +47,12 @@ def nb05_empty_replicas_b(answer: Any) -> Verdict:
 def nb05_identical_copies(answer: Any) -> Verdict:
     """Which fix keeps every replica's moving statistics identical: 'drop_remainder', 'repeat', 'pad' or
     'synchronized'?"""
+    if isinstance(answer, str):      # the argument as written in code: 'synchronized=True', 'drop_remainder=True',
+        import re                    # 'BatchNormalization(synchronized=True)'
+
+        written = re.fullmatch(r"\s*(?:(?:keras\.layers\.)?BatchNormalization\()?\s*(\w+)\s*=\s*True\s*\)?\s*",
+                               answer.strip("'\""))
+        answer = written.group(1) if written else answer
     choice = as_choice(answer, ("drop_remainder", "repeat", "pad", "synchronized"))
     return verdict(answer, choice == "synchronized",
                    "Synchronized BatchNormalization computes the statistics over the global batch, "
@@ -58,7 +64,9 @@ def nb05_pad_samples(answer: Any) -> Verdict:
     """1000 samples padded for a global batch of 96 (section 2's "pad" recipe): how many samples are added?"""
     right = -1000 % 96
     value = as_int(answer)
+    hint = "Pad up to the next multiple of the global batch, not by a whole extra batch."
+    if value == 1000 % 96:
+        hint = f"{value} samples are what the last batch already has; how many more does it need to be full?"
     return verdict(answer, value == right,
-                   f"{right}: 1000 = 10 x 96 + 40, and the last batch needs 96 - 40 more samples.",
-                   "Pad up to the next multiple of the global batch, not by a whole extra batch.",
+                   f"{right}: 1000 = 10 x 96 + 40, and the last batch needs 96 - 40 more samples.", hint,
                    form=None if value is not None else "Give a whole number of samples, e.g. 12.")

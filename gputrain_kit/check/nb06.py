@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_number, verdict
+from ._common import Verdict, as_number, percent_slip, verdict
 
 
 def nb06_scaled_lr(answer: Any) -> Verdict:
@@ -12,7 +12,7 @@ def nb06_scaled_lr(answer: Any) -> Verdict:
 
     right = linear_scaled_lr(0.05, 32, 2048)
     value = as_number(answer)
-    return verdict(answer, value is not None and abs(value - right) < 1e-6,
+    return verdict(answer, value is not None and abs(value - right) <= 0.005 + 1e-9,   # rounded to 2 decimals: right
                    f"{right:g}: the batch grew 64x, so the learning rate grows 64x (with a warm-up), if the rule "
                    "still held there: at 1024 it no longer did for this model.",
                    "Base learning rate x (new batch / base batch).",
@@ -27,6 +27,9 @@ def nb06_efficiency(answer: Any) -> Verdict:
     right = predict_curve("VGG-16", "PCIe 3.0 x16 (one server)", 64, 4, 0.1)[-1].efficiency
     eight = predict_curve("VGG-16", "PCIe 3.0 x16 (one server)", 64, 8, 0.1)[-1].efficiency
     value = as_number(answer)
+    slip = percent_slip(value, right, 0.01)
+    if slip:
+        return verdict(answer, False, "", "", form=slip)
     return verdict(answer, value is not None and abs(value - right) < 0.01,
                    f"{right:.2f}: kit.scaling.predict_curve(\"VGG-16\", \"PCIe 3.0 x16 (one server)\", 64, 4, 0.1)"
                    f"[-1].efficiency. Higher than 8 GPUs' {eight:.2f}: a ring all-reduce sends 2(N-1)/N of the "
@@ -40,7 +43,7 @@ def nb06_warmup_step(answer: Any) -> Verdict:
     """LinearWarmup(0.05, 1.6, 4) (start 0.05, peak 1.6, 4 warm-up steps): the learning rate at step 2?"""
     right = 0.05 + (1.6 - 0.05) * 2 / 4
     value = as_number(answer)
-    return verdict(answer, value is not None and abs(value - right) < 1e-6,
+    return verdict(answer, value is not None and abs(value - right) <= 0.005 + 1e-9,   # rounded to 2 decimals: right
                    f"{right:g}: halfway through the warm-up, so halfway from 0.05 to 1.6.",
                    "The rate rises by the same amount every step from start_lr to peak_lr; step 2 of 4 is "
                    "what fraction of the way?",
@@ -56,6 +59,9 @@ def nb06_ethernet_efficiency(answer: Any) -> Verdict:
     from ..scaling import predict_curve
 
     right = predict_curve("VGG-16", "25 Gbit/s Ethernet (servers)", 64, 8, 0.1)[-1].efficiency
+    slip = percent_slip(value, right, 0.03)
+    if slip:
+        return verdict(answer, False, "", "", form=slip)
     return verdict(answer, abs(value - right) < 0.03,
                    f"{right:.2f}: the same gradients over a link about 4x slower than PCIe 3.0 x16; compute "
                    "hides far less of the all-reduce.",

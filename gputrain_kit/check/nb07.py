@@ -25,9 +25,19 @@ def nb07_tf_config(answer: Any) -> Verdict:
               and as_int(config["task"]["index"]) == 2)
     except (TypeError, KeyError):
         ok = False
-    return verdict(answer, ok, "Every host gets the same cluster list and its own index; gpu-c is index 2.",
-                   "The three hosts in order, the same list on every host, and this host's own index; "
-                   "kit.multiworker.tf_config(hosts, i) writes it.",
+    hint = ("The three hosts in order, the same list on every host, and this host's own index; "
+            "kit.multiworker.tf_config(hosts, i) writes it.")
+    try:                             # the likeliest slips, named
+        if "chief" in config["cluster"] or config["task"]["type"] != "worker":
+            hint = ("This course's clusters have workers only (worker 0 is the chief): the cluster's one job is "
+                    "'worker', and so is the task's type.")
+        elif as_int(config["task"]["index"]) == 3:
+            hint = "Indices count from 0: gpu-a is 0."
+        elif any(":" not in str(host) for host in config["cluster"]["worker"]):
+            hint = "Each host needs its port: 'gpu-a:12345'."
+    except (TypeError, KeyError, AttributeError):
+        pass
+    return verdict(answer, ok, "Every host gets the same cluster list and its own index; gpu-c is index 2.", hint,
                    form=None if readable else "Give a JSON string or a dict like {'cluster': {'worker': [...]}, "
                    "'task': {'type': 'worker', 'index': i}}.")
 
@@ -36,9 +46,13 @@ def nb07_global_batch(answer: Any) -> Verdict:
     """Three workers, one replica each: the smallest global batch of at least 64 the custom loop accepts."""
     right = next(b for b in range(64, 200) if b % 3 == 0)
     value = as_int(answer)
+    hint = "The global batch must split evenly over all replicas of all workers."
+    if value is not None and value % 3 == 0 and value > right:
+        hint = f"{value} splits evenly over the 3 replicas, but a smaller batch of at least 64 does too."
+    elif value is not None and value < 64:
+        hint = "The question asks for a global batch of at least 64."
     return verdict(answer, value == right, f"{right} = 3 x {right // 3}: get_per_replica_batch_size needs a global "
-                   "batch divisible by the number of replicas in the whole cluster.",
-                   "The global batch must split evenly over all replicas of all workers.",
+                   "batch divisible by the number of replicas in the whole cluster.", hint,
                    form=None if value is not None else "Give a whole number, e.g. 64.")
 
 
@@ -46,9 +60,11 @@ def nb07_resume_step(answer: Any) -> Verdict:
     """Checkpoint after every 50th step; a worker dies during step 437 (from 0): where does the relaunch start?"""
     right = (437 // 50) * 50
     value = as_int(answer)
+    hint = "The relaunch starts right after the last checkpoint, not at the crash."
+    if value == right - 1:
+        hint = f"Step {value} is the last one the checkpoint holds: where does the relaunch start?"
     return verdict(answer, value == right, f"{right}: the last checkpoint was written after step {right - 1}; steps "
-                   f"{right} to 436 are done again. Checkpoint more often when preemptions are frequent.",
-                   "The relaunch starts right after the last checkpoint, not at the crash.",
+                   f"{right} to 436 are done again. Checkpoint more often when preemptions are frequent.", hint,
                    form=None if value is not None else "Give a step number, e.g. 100.")
 
 

@@ -35,6 +35,8 @@ def test_server_checks_read_the_forms_learners_write():
     assert not check.nb00_server_mode("gpu") and "Answer 'gpu'" in repr(check.nb00_server_mode("splitgpu"))
     assert check.nb00_last_gpu_name(3) and check.nb00_last_gpu_name("/device:GPU:3")
     assert not check.nb00_last_gpu_name(0) and not check.nb00_last_gpu_name(True)
+    # readers answered '3' (a form the exercises' intro allows) and 'GPU 3' and were told "Not yet"
+    assert check.nb00_last_gpu_name("3") and check.nb00_last_gpu_name("GPU 3") and not check.nb00_last_gpu_name("7")
 
 
 def test_expect_error_prints_and_returns(capsys):

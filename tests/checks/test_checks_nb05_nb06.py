@@ -89,3 +89,28 @@ def test_nb06_scaled_lr_and_efficiency_forms():
     assert check.nb06_scaled_lr("16/5") and not check.nb06_scaled_lr(0.05) and not check.nb06_scaled_lr(0.8)
     assert _says(check.nb06_scaled_lr("fast"), "Give a number")
     assert check.nb06_efficiency("96%") and not check.nb06_efficiency("94%") and not check.nb06_efficiency(0.5)
+
+
+def test_nb06_a_percentage_without_its_sign_and_two_decimals_are_read_as_meant():
+    """A reader answered 96 and 65 (percent, no sign) and got direction hints, and 0.83 for 0.825 and was told to
+    rethink the warm-up: a bare percentage of the right value is named as such (as notebook 03's check does), and
+    a right value rounded to two decimals is right; a wrong value is still refused."""
+    for check_, percent in ((check.nb06_efficiency, 96), (check.nb06_ethernet_efficiency, 65)):
+        slip = check_(percent)
+        assert not slip and "reads as a percentage" in repr(slip) and f"'{percent}%'" in repr(slip)
+        assert "reads as a percentage" not in repr(check_(30))                 # a wrong percentage: a hint
+    assert check.nb06_warmup_step(0.83) and check.nb06_warmup_step(0.82) and not check.nb06_warmup_step(0.8)
+    assert check.nb06_scaled_lr(3.2) and not check.nb06_scaled_lr(3.21)
+
+
+def test_nb05_a_fix_written_as_code_is_read_and_the_remainder_is_named():
+    """Readers answered exercise 3 as code ('synchronized=True', 'BatchNormalization(synchronized=True)') and were
+    told it was not a form; exercise 4's 40 (the remainder) got a hint about a whole extra batch."""
+    for right in ("synchronized", "synchronized=True", "BatchNormalization(synchronized=True)",
+                  "keras.layers.BatchNormalization(synchronized=True)"):
+        assert check.nb05_identical_copies(right), right
+    wrong = check.nb05_identical_copies("drop_remainder=True")
+    assert not wrong and repr(wrong).startswith("Not yet.")
+    assert repr(check.nb05_identical_copies("sync")).startswith("Not a form")
+    remainder = check.nb05_pad_samples(40)
+    assert not remainder and "what the last batch already has" in repr(remainder)

@@ -76,6 +76,10 @@ def test_not_answered_yet(name):
 def test_older_checks_read_equivalent_forms_and_hint():
     assert check.nb07_global_batch("66") and check.nb07_global_batch(np.int32(66)) and check.nb07_global_batch(66.0)
     assert "66" not in repr(check.nb07_global_batch(64))
+    # a reader's 96 and 69 split evenly over 3 replicas, and were told they must: the hint says what is wrong
+    for divides in (69, 96):
+        assert not check.nb07_global_batch(divides) and "splits evenly" in repr(check.nb07_global_batch(divides))
+    assert "at least 64" in repr(check.nb07_global_batch(63))
     assert "whole number" in repr(check.nb07_global_batch("sixty"))
     assert check.nb07_resume_step(np.int64(400)) and check.nb07_resume_step("400")
     assert "400" not in repr(check.nb07_resume_step(437))
@@ -86,3 +90,19 @@ def test_older_checks_read_equivalent_forms_and_hint():
     assert not check.nb07_tf_config(dict(as_tuple, cluster={"worker": check.NB07_HOSTS[::-1]}))
     assert not check.nb07_tf_config(dict(as_tuple, cluster={"worker": ",".join(check.NB07_HOSTS)}))
     assert "JSON string or a dict" in repr(check.nb07_tf_config(42))
+
+
+def test_nb07_the_likeliest_slips_are_named():
+    """A reader's 'chief' job, index 3 (counting from 1), hosts without ports and 399 (the last step saved) each
+    got a generic hint; each is now named, and a right answer is still right."""
+    hosts = ["gpu-a:12345", "gpu-b:12345", "gpu-c:12345"]
+    chief = check.nb07_tf_config({"cluster": {"chief": hosts[:1], "worker": hosts[1:]},
+                                  "task": {"type": "worker", "index": 1}})
+    assert not chief and "workers only" in repr(chief)
+    assert "count from 0" in repr(check.nb07_tf_config({"cluster": {"worker": hosts},
+                                                        "task": {"type": "worker", "index": 3}}))
+    assert "needs its port" in repr(check.nb07_tf_config({"cluster": {"worker": [h.split(":")[0] for h in hosts]},
+                                                          "task": {"type": "worker", "index": 2}}))
+    assert check.nb07_tf_config({"cluster": {"worker": hosts}, "task": {"type": "worker", "index": 2}})
+    last_saved = check.nb07_resume_step(399)
+    assert not last_saved and "last one the checkpoint holds" in repr(last_saved)

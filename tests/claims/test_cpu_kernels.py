@@ -191,6 +191,20 @@ def test_matrix_side_by_side_and_outcome_by_family():
         m.outcome(*a)
 
 
+def test_matrix_repr_puts_what_you_see_on_lines_of_its_own():
+    """A reader saw notebook 05's matrix wrap mid-word in JupyterLab ("on rep / lica 3"): each case's detail is
+    on indented lines of at most 100 characters, under its row, whole words only."""
+    detail = ("InvalidArgumentError: Unable to broadcast tensor of shape [1,1,1,8] to tensor of shape [0,8,8,1] "
+              "| left NaN in moving_mean, moving_variance on replica 3")
+    case = ("conv", "scale=True", "last step empty")
+    m = Matrix((CaseResult(*case, "crash", detail, (), 2, 0.0, 0, "works", "onednn"),
+                _result("eigen", case, "loud NaN")))
+    lines = repr(m).splitlines()
+    assert lines[2].split()[-2:] == ["oneDNN", "crash"] and all(len(line) <= 100 for line in lines)
+    assert lines[3].startswith("    InvalidArgumentError") and " ".join(l.strip() for l in lines[3:5]) == detail
+    assert lines[5].split()[-1] == "NaN" and lines[6] == "    detail"
+
+
 def test_expected_family_reads_the_forcing_variable_without_tensorflow():
     """What a fresh process will run, as notebook 08's exercise check needs it before measuring in one."""
     from gputrain_kit import cpu_kernels

@@ -102,7 +102,10 @@ def test_run_child_reports_failures_clearly():
 
 
 def test_nb01_exercise_checks():
-    assert check.nb01_physical_behind(1) and not check.nb01_physical_behind(3)
+    assert check.nb01_physical_behind(5) and not check.nb01_physical_behind(3)
+    # with 3,1 the right answer was also the naive one (no renumbering): 3,5 tells them apart
+    naive = check.nb01_physical_behind(1)
+    assert not naive and "numbers the visible GPUs anew" in repr(naive)
     assert not check.nb01_physical_behind(True)
     assert check.nb01_count_with_garbage(0) and not check.nb01_count_with_garbage(2)
     right = check.nb01_locking_call("yes")                       # probed in a fresh process, as section 4 does

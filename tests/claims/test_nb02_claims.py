@@ -278,12 +278,14 @@ def test_scaling_explorer_headless():
         e.mode.value = "global"; e.batch.value = 62; e.replicas.value = 4
         refused = e.run()
         after_refused = [e.activity, e.timeline_figure]
+        refused_status = e.status.value
         e.batch.value = 5000                                  # the box stops at the training set's size
         whole_set = e.split.value
         from tensorflow.python.profiler import profiler_v2
         profiler_free = profiler_v2._profiler is None
         print(json.dumps({"row": row, "refused": refused, "rows": len(e.rows), "table": e.table.value,
-                          "split": e.split.value, "status": e.status.value, "preview_s": preview_s,
+                          "split": e.split.value, "status": refused_status, "status_after": e.status.value,
+                          "preview_s": preview_s,
                           "computed": computed, "shown": shown, "after_refused": after_refused,
                           "profiler_free": profiler_free, "progress_label": progress_label, "whole_set": whole_set,
                           "progress": [e.progress.value, e.progress.max], "disabled": e.button.disabled,
@@ -296,6 +298,7 @@ def test_scaling_explorer_headless():
     assert out["label_widths"] == ["initial"] * 3          # labels shown in full, never "batch i..."
     assert out["table"].count("<tr>") == 3 and "<td>128</td>" in out["table"]
     assert "Keras 3 fit refuses" in out["split"] and "splits unevenly" in out["status"]
+    assert out["status_after"] == ""          # a reader saw the refusal stay above settings that split evenly
     assert out["preview_s"] < 0.5 and not out["disabled"]
     assert out["progress_label"] == "epoch 2 of 2"          # the bar says its count (issue 30)
     assert "global batch 1438 over 4 replica(s): 1 step per epoch (the batch box stops at 1438" in out["whole_set"]
@@ -333,6 +336,15 @@ def test_scaling_figure_is_readable():
     legend = acc.get_legend()
     box, axes_box = legend.get_window_extent(), acc.get_window_extent()
     assert box.x0 >= axes_box.x1                          # legend right of the data, not over it
+    # readers: a 0.003 gap filled the whole axis, and two runs of one setting wrote their labels on top of each other
+    close = [dict(rows[0], **{"val accuracy": a, "replicas": r}) for r, a in ((1, 0.7159), (2, 0.7159), (4, 0.7187))]
+    close.append(dict(close[-1]))
+    fig = scaling_figure(close)
+    speed, acc = fig.axes
+    low, high = acc.get_ylim()
+    assert high - low >= 0.1 and low <= 0.7159 and high >= 0.7187
+    offsets = [text.xyann for text in speed.texts if text.xy == (4, close[-1]["samples/s"])]
+    assert len(offsets) == 2 and offsets[0] != offsets[1]
 
 
 def test_keras_and_tf_keras_have_no_multi_gpu_model():

@@ -210,11 +210,13 @@ def test_mesh_explorer_headless():
     begun = time.perf_counter()
     e.mesh.value = (8, 1)
     assert time.perf_counter() - begun < 0.5
-    assert e.per_device == mesh_bytes(check.NB09_MLP, 1, True)[1] and "1.00x" in e.summary.value
+    assert e.per_device == mesh_bytes(check.NB09_MLP, 1, True)[1] and "a full copy</b>: nothing is cut" in e.summary.value
+    assert "its own full copy" in e.summary.value                   # 8 x 1: plain data parallelism
     e.mesh.value = (1, 8)
-    assert e.per_device < four and "8 device" in e.summary.value
-    e.shard.value = False
-    assert "1.00x" in e.summary.value
+    assert e.per_device < four and "8 device(s) of its 'model' row together" in e.summary.value
+    e.shard.value = False          # a reader: "computed by the 8 devices together" although nothing was split
+    assert "nothing is cut" in e.summary.value and "together" not in e.summary.value
+    assert "each hold a full copy and compute the same slice" in e.summary.value
     with pytest.raises(ValueError, match="mesh must be one of"):
         MeshExplorer(list(check.NB09_MLP), mesh=(3, 3))
 

@@ -104,6 +104,10 @@ def test_nonfinite_copies_are_refused_named_by_replica_and_reported_on_load():
         out["after_allow"] = sorted(os.listdir(folder))
         plain = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="d")], name="m")
         plain.layers[0].kernel.assign(np.full((3, 2), np.inf, "float32"))
+        try:
+            kit.save_verified(plain, os.path.join(folder, "inf.weights.h5"))
+        except kit.saving.NonFiniteError as err:
+            out["refused_replica_0"] = str(err)
         kit.save_verified(plain, os.path.join(folder, "inf.weights.h5"), allow_nonfinite=True)
         fresh = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, name="d")], name="m")
         with warnings.catch_warnings(record=True) as caught:
@@ -116,6 +120,9 @@ def test_nonfinite_copies_are_refused_named_by_replica_and_reported_on_load():
     """))
     assert out["poisoned"] == [["m/d/kernel", 3]]
     assert "m/d/kernel (replica 3)" in out["refused"] and "allow_nonfinite=True" in out["refused"]
+    # a reader saw "would ... predict NaN" above a saved copy that predicted no NaN: only replica 0's copy is kept
+    assert "keep replica 0's finite copy" in out["refused"] and "predict NaN." not in out["refused"]
+    assert "would load without complaint and predict NaN" in out["refused_replica_0"]
     assert out["written"] == [], "a refused save leaves nothing behind"
     assert out["after_allow"] == ["m.weights.h5"]
     assert out["clean_load_warnings"] == 0

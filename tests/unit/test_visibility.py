@@ -135,9 +135,9 @@ def test_explorer_uuid_prefixes_follow_the_board_not_the_number():
     assert "/GPU:0 -> CUDA GPU 5" in repr(parse_cuda_visible_devices(value, UUIDS))
     box = visibility_explorer(n_gpus=8, value=value)
     assert isinstance(box.order, widgets.RadioButtons)
-    assert "prefix of GPU 1&#x27;s UUID" in box.table.value and "prefix of GPU 6&#x27;s UUID" in box.table.value
+    assert "prefix of CUDA GPU 1&#x27;s UUID" in box.table.value and "prefix of CUDA GPU 6&#x27;s UUID" in box.table.value
     box.order.value = "PCI_BUS_ID"
-    assert "prefix of GPU 5&#x27;s UUID" in box.table.value and "prefix of GPU 2&#x27;s UUID" in box.table.value
+    assert "prefix of CUDA GPU 5&#x27;s UUID" in box.table.value and "prefix of CUDA GPU 2&#x27;s UUID" in box.table.value
 
 
 def test_cuda_device_order_decides_which_board_an_ordinal_is():
