@@ -279,7 +279,7 @@ def _users_data_file(users: _UsersModel) -> str:
 
 
 def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes: int = 2,
-              timeout: float = 300, on_result: Callable[[CaseResult, int, int], None] | None = None,
+              timeout: float = 900, on_result: Callable[[CaseResult, int, int], None] | None = None,
               kernels: str | Iterable[str] | None = None, build: Callable[[], Any] | None = None,
               data: tuple[Any, Any] | None = None, batch_size: int = 64, loss: str | None = None,
               _users: _UsersModel | None = None) -> Matrix:
@@ -328,8 +328,12 @@ def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes:
             return _classify({"case": [kind, bn, batching], "losses": [], "later_fit": "not tried", "poisoned": [],
                               "poisoned_replicas": [], "nan_copies": 0, "spread": 0.0, "nan_rows": 0,
                               "error": outcome.error, "rows": len(_users.x) if _users else 1030}, family)
-        raise RuntimeError(f"run_cases: case ({kind}, {bn}, {batching})"
-                           f"{' (' + family + ')' if family else ''} did not report: {outcome.error}")
+        where = f"run_cases: case ({kind}, {bn}, {batching}){' (' + family + ')' if family else ''}"
+        if outcome.timed_out:            # a busy machine, not a bug: say so, and what to change
+            raise RuntimeError(f"{where} did not finish within {timeout:g} s; a case takes seconds on an idle machine, "
+                               "so this one is probably busy. Run it again when the machine is quieter, or give it "
+                               "more time: run_cases(timeout=...) or start_cases(timeout=...).")
+        raise RuntimeError(f"{where} did not report: {outcome.error}")
 
     def done(outcome: Any, count: int, _total: int) -> None:
         try:
@@ -383,7 +387,7 @@ class PendingCases(BackgroundRun):
 
 
 def start_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes: int = 2,
-                timeout: float = 300, kernels: str | Iterable[str] | None = None,
+                timeout: float = 900, kernels: str | Iterable[str] | None = None,
                 build: Callable[[], Any] | None = None, data: tuple[Any, Any] | None = None, batch_size: int = 64,
                 loss: str | None = None) -> PendingCases:
     """Like ``run_cases`` (your own model too: ``build=``, ``data=``), but in the background: returns at once

@@ -15,7 +15,8 @@ def nb03_less_memory(answer: Any) -> Verdict:
              for s, d in (("data", 4), ("split", 2))}
     right = min(peaks, key=lambda s: peaks[s])
     aliases = {"data-parallel": "data", "data-parallelism": "data", "model-parallel": "split",
-               "model-parallelism": "split", "device-parallel": "split", "layer-split": "split"}
+               "model-parallelism": "split", "device-parallel": "split", "layer-split": "split",
+               "split-x2": "split", "2-way-split": "split", "data-x4": "data", "4-way-data": "data"}
     choice = as_choice(answer, ("data", "split")) or aliases.get(as_choice(answer, aliases) or "")
     return verdict(answer, choice == right, f"'{right}': {peaks['data'] / 1e9:.1f} GB for data x4 vs "
                    f"{peaks['split'] / 1e9:.1f} GB for split x2 on the fullest device.",

@@ -119,3 +119,11 @@ def test_nb03_bubble_a_percentage_without_its_sign_is_a_form_to_correct(answer):
     assert not result and "reads as a percentage" in repr(result)
     assert check.nb03_bubble(f"{float(answer):g}%")
     assert repr(check.nb03_bubble(50)).startswith("Not yet.")        # a wrong percentage stays wrong
+
+
+def test_nb03_the_question_s_own_wording_is_an_answer():
+    """Exercise 1 says "a 2-way 'split'": readers answered 'split x2' and '2-way split' and were told it was not
+    a form; 'data x4' is read too, and is wrong."""
+    assert check.nb03_less_memory("split x2") and check.nb03_less_memory("2-way split")
+    wrong = check.nb03_less_memory("data x4")
+    assert not wrong and repr(wrong).startswith("Not yet.")

@@ -250,3 +250,15 @@ def test_a_loss_that_does_not_match_the_targets_is_the_models_error_not_the_trap
                                          r"drop_remainder .*not the empty-replica trap: .*target"):
         batchnorm.run_cases(build=users_classifier, data=(x, y), loss="sparse_categorical_crossentropy",
                             batch_size=16, epochs=1)
+
+
+def test_a_case_out_of_time_says_so_plainly():
+    """A reader's Run All of notebook 05 on a machine with a load of 6 on 2 cores stopped at `pending.result()` with
+    "did not report" and the kit's internals: a case that runs out of time now says it did, that the machine is
+    probably busy, and which argument gives it more (900 s by default, for a case that takes seconds)."""
+    import inspect
+
+    assert inspect.signature(batchnorm.run_cases).parameters["timeout"].default == 900
+    assert inspect.signature(batchnorm.start_cases).parameters["timeout"].default == 900
+    with pytest.raises(RuntimeError, match=r"did not finish within 0.5 s; .* start_cases\(timeout=\.\.\.\)"):
+        batchnorm.run_cases([("dense", "scale=False", "last step empty")], timeout=0.5)

@@ -134,8 +134,8 @@ def test_measure_memory_from_a_plain_script_under_both_families(tmp_path):
 
 
 def test_mixed_bfloat16_lowers_the_peak_exactly_where_onednn_runs_bf16(tmp_path):
-    """Notebook 08, section 7: measured under both families (4 steps each, two processes at a time, as there);
-    "lowers" means by more than 5%, a peak moving by a few percent between runs."""
+    """Notebook 08, section 7: measured under both families (4 steps each, two processes at a time, as there).
+    Where oneDNN's bf16 kernels run (AVX-512) they take more than 5% off; emulated bf16 never 15%."""
     proc = run_python(write_builds(tmp_path) + """
         import json, gputrain_kit as kit
         from builds import twin as build
@@ -147,11 +147,14 @@ def test_mixed_bfloat16_lowers_the_peak_exactly_where_onednn_runs_bf16(tmp_path)
         print(json.dumps(out))
     """)
     saving = last_json(proc)
-    assert saving["eigen"] <= 0.05, f"emulated bf16 takes {saving['eigen']:.0%} off the peak"
+    # Notebook 08 says only what holds on every CPU and under load: emulated bf16 takes less than 15% off (the
+    # estimate says 25%). A reader's run on a busy machine measured a 6% saving under Eigen (the peak moves by up
+    # to a sixth between runs there), which the earlier 5% bound called a failure.
+    assert saving["eigen"] < 0.15, f"emulated bf16 takes {saving['eigen']:.0%} off the peak"
     if cpu_kernels.onednn_bf16():
         assert saving["onednn"] > 0.05, f"oneDNN's bf16 kernels take only {saving['onednn']:.0%} off the peak"
     else:   # oneDNN runs bf16 only with AVX-512: TensorFlow falls back to Eigen's emulation
-        assert saving["onednn"] <= 0.05, saving
+        assert saving["onednn"] < 0.15, saving
 
 
 def test_batchnorm_matrix_depends_on_the_kernels():
