@@ -70,12 +70,7 @@ class MemoryEstimate:
 
     def fits(self, capacity_gb: float) -> bool:
         """Whether the fullest device's estimate fits a card of ``capacity_gb`` GB (10^9 bytes)."""
-        import numbers
-
-        if isinstance(capacity_gb, bool) or not isinstance(capacity_gb, numbers.Real) or capacity_gb <= 0:
-            raise TypeError(f"MemoryEstimate.fits: capacity_gb must be a card's size in GB, a positive number such "
-                            f"as 12, got {capacity_gb!r} ({type(capacity_gb).__name__}).")
-        return self.peak <= capacity_gb * 1e9
+        return self.peak <= _require_capacity("MemoryEstimate.fits", capacity_gb) * 1e9
 
     def __repr__(self) -> str:
         # one unit for the table, the one that reads best for its largest number: a small model is not 0.00 GB
@@ -421,16 +416,24 @@ def human_bytes(n: float) -> str:
 TIGHT_SHARE = 0.85
 
 
+def _require_capacity(func: str, capacity_gb: Any) -> float:
+    """A card's memory in GB, checked for ``MemoryEstimate.fits`` and ``memory_verdict`` alike: a positive real
+    number (NumPy's included; not a bool, a string or NaN)."""
+    import numbers
+
+    if isinstance(capacity_gb, bool) or not isinstance(capacity_gb, numbers.Real) or not float(capacity_gb) > 0:
+        raise ArgumentTypeError(f"{func}: capacity_gb must be the card's memory in GB, a positive number such as "
+                                f"12, got {short(capacity_gb)} ({type(capacity_gb).__name__}).")
+    return float(capacity_gb)
+
+
 def memory_verdict(estimate: Any, capacity_gb: float) -> str:
     """One sentence: does the fullest device of ``estimate`` (``estimate_memory``'s) fit on a card of
     ``capacity_gb`` GB (10**9 bytes), tight within 15% of it, and which part dominates it."""
     if not isinstance(estimate, MemoryEstimate):
         raise ArgumentTypeError(f"memory_verdict: estimate must be what estimate_memory(...) returns, got "
                                 f"{short(estimate)}; e.g. memory_verdict(kit.estimate_memory(model, batch_size=32), 12).")
-    if isinstance(capacity_gb, bool) or not isinstance(capacity_gb, (int, float)) or not capacity_gb > 0:
-        raise ArgumentTypeError(f"memory_verdict: capacity_gb must be the card's memory in GB, a positive number, "
-                                f"got {short(capacity_gb)}; e.g. 12 for a 12 GB card.")
-
+    capacity_gb = _require_capacity("memory_verdict", capacity_gb)
     fullest = max(estimate.per_device, key=lambda d: d["total"])
     state = fullest["parameters"] + fullest["gradients"] + fullest["optimizer"] + fullest.get("accumulators", 0)
     activations = fullest["activations"]

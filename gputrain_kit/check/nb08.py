@@ -48,14 +48,15 @@ def nb08_measured_peak(answer: Any, *, tolerance: float = 0.08) -> Verdict:
     from ..memory import estimate_memory
 
     levers: dict[str, Any] = {"optimizer": "sgd", "dtype_policy": "mixed_bfloat16", "accumulation_steps": 4}
-    mb = estimate_memory(twin(), batch_size=2048, **levers).peak / 1e6
+    model = twin()                                      # built once: every estimate below reads its shapes
+    mb = estimate_memory(model, batch_size=2048, **levers).peak / 1e6
     slip = unit_slip(value, mb, "MB", tolerance)
     if slip:
         return verdict(answer, False, "", "", form=slip)
     if abs(value - mb) > tolerance * mb:
         side = "above" if value > mb else "below"       # which way, never the value: try again first
-        gradients = estimate_memory(twin(), batch_size=2048).per_device[0]["gradients"] / 1e6
-        float32 = estimate_memory(twin(), batch_size=2048, optimizer="sgd", accumulation_steps=4).peak / 1e6
+        gradients = estimate_memory(model, batch_size=2048).per_device[0]["gradients"] / 1e6
+        float32 = estimate_memory(model, batch_size=2048, optimizer="sgd", accumulation_steps=4).peak / 1e6
         slips = {   # the likeliest single slips, each named by what was forgotten, never by the sum
             mb - gradients: "Does an accumulator replace the step's gradients? It sits beside them: each step "
                             "computes its gradients, then adds them into the accumulator.",
