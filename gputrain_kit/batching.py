@@ -111,10 +111,15 @@ def plan_verdict(plan: list[list[int]]) -> str:
     """One plain sentence about the plan: even, uneven, or some replica gets no data."""
     empty = empty_slots(plan)
     if empty:
-        step, replica = empty[0]
-        others = f" (and {len(empty) - 1} more empty slot(s))" if len(empty) > 1 else ""
-        return (f"step {step + 1} gives replica {replica} no data{others}: with BatchNormalization that step "
-                "writes NaN into the replica's copy of the moving statistics (silently), with its default "
+        step = empty[0][0]
+        replicas = [r for s, r in empty if s == step]
+        who = (f"replica {replicas[0]}" if len(replicas) == 1 else
+               "replicas " + ", ".join(map(str, replicas[:-1])) + f" and {replicas[-1]}")
+        steps = len({s for s, _ in empty}) - 1
+        others = (f", and {steps} more step{'s' if steps > 1 else ''} leave{'' if steps > 1 else 's'} a replica "
+                  "without data" if steps else "")
+        return (f"step {step + 1} gives {who} no data{others}: with BatchNormalization that step "
+                "writes NaN into each empty replica's copy of the moving statistics (silently), with its default "
                 "scale=True the NaN can then reach every replica's weights, and a conv net may crash fit "
                 "(it does with TensorFlow's oneDNN CPU kernels, not with its Eigen kernels or on an H100): "
                 "what happens depends on the kernels and the model (notebook 05).")

@@ -380,20 +380,24 @@ class PendingCases(BackgroundRun):
                                                    kernels=kernels, _users=users,
                                                    on_result=lambda result, done, total: advance(done)),
                          len(cases) * len(kernels or ("",)))
+        self.processes = processes     # cases at a time
 
     def result(self, timeout: float | None = None) -> Matrix:
         """Wait for every case (at most ``timeout`` seconds) and return the Matrix."""
         return super().result(timeout)
 
 
-def start_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes: int = 2,
+def start_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes: int | None = None,
                 timeout: float = 900, kernels: str | Iterable[str] | None = None,
                 build: Callable[[], Any] | None = None, data: tuple[Any, Any] | None = None, batch_size: int = 64,
                 loss: str | None = None) -> PendingCases:
     """Like ``run_cases`` (your own model too: ``build=``, ``data=``), but in the background: returns at once
-    (arguments checked first), so a notebook can go on while the child processes train. Two cases at a time by
-    default: on a 2-core machine the notebook's own cells run slower meanwhile, but the cases are done sooner
-    (``processes=1`` leaves the kernel a core)."""
+    (arguments checked first), so a notebook can go on while the child processes train. ``processes=None``
+    (the default) runs as many cases at a time as there are cores less one (at least one): the notebook's
+    kernel keeps a core, so its own cells take the same time while the cases run (``processes=2`` on a
+    2-core machine finishes the cases sooner and slows the notebook meanwhile)."""
+    from .processes import background_processes
+
     func = "start_cases"
     users = None
     if build is not None or data is not None:
@@ -401,5 +405,8 @@ def start_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processe
             raise ValueError(f"{func}: your own model needs both build= (a function returning it) and "
                              f"data=(x, y); got {'build' if build is not None else 'data'} only.")
         users = _users_model(func, build, data, batch_size, loss)
-    cases, epochs, processes, kernels = _check(func, cases, epochs, processes, kernels, users)
-    return PendingCases(cases, epochs, processes, timeout, kernels, users)
+    cases, epochs, at_once, kernels = _check(func, cases, epochs, 1 if processes is None else processes,
+                                             kernels, users)
+    if processes is None:
+        at_once = background_processes(len(cases) * len(kernels or ("",)))
+    return PendingCases(cases, epochs, at_once, timeout, kernels, users)

@@ -74,11 +74,28 @@ _LINES = {
     "activity_whole_gpu": lambda v: f"device_activity, 1 whole GPU: computed on "
                                     f"{', '.join(d.rsplit('/', 1)[-1].replace('device:', '') for d in v['computed'])} "
                                     f"({v['source']})",
-    "bn_matrix": lambda v: "notebook 05's BatchNorm matrix on 4 logical GPUs:\n    " + "\n    ".join(v["rows"]),
+    "bn_matrix": lambda v: _bn_matrix(v["rows"]),
     "mixed_precision_peaks": lambda v: "notebook 08's twin on " + v["device"] + ", measured peak: " + ", ".join(
         f"{name} {peak / 1e6:.1f} MB" for name, peak in v["peaks"].items()),
     "pipeline_idle": lambda v: "notebook 03's two stages on 2 logical GPUs:\n    " + "\n    ".join(v["lines"]),
 }
+
+def _bn_matrix(rows: list[str]) -> str:
+    """The recorded matrix as batchnorm.Matrix prints it: a case per line, what you see on wrapped lines under it."""
+    import textwrap
+
+    from .batchnorm import DEFAULT_CASES
+
+    cases = [(row[0:6].strip(), row[7:20].strip(), row[21:37].strip()) for row in rows[2:]]
+    extra = [case for case in cases if case not in DEFAULT_CASES]
+    out = [f"notebook 05's BatchNorm matrix on 4 logical GPUs: {len(cases)} cases, the "
+           f"{len(cases) - len(extra)} of DEFAULT_CASES and {len(extra)} of OTHER_CASES:",
+           "    " + rows[0][:49].rstrip() + " (and under it: what you see)", "    " + rows[1][:49]]
+    for row in rows[2:]:
+        out.append("    " + row[:49].rstrip())
+        out.extend(textwrap.wrap(row[49:].strip(), 96, initial_indent="        ", subsequent_indent="        "))
+    return "\n".join(out)
+
 
 def bn_outcomes() -> dict[tuple[str, str, str], str]:
     """The recorded BatchNorm matrix as {(model, bn, batching): outcome}, for ``Matrix.side_by_side``."""

@@ -404,8 +404,8 @@ def rematerialize(model: Any):
 
 
 def human_bytes(n: float) -> str:
-    """Bytes in the unit that reads best: 4.81e-06 GB is 4.8 KB."""
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+    """Bytes in the unit that reads best: 4.81e-06 GB is 4.8 KB, 2.12e+03 GB is 2.12 TB."""
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if abs(n) >= size:
             return f"{n / size:.3g} {unit}"
     return f"{n:.0f} bytes"
@@ -440,10 +440,12 @@ def memory_verdict(estimate: Any, capacity_gb: float) -> str:
     if min(state, activations) >= 0.9 * max(state, activations):
         what = "model state and activations about equally"
     else:
-        held = [name for key, name in (("parameters", "parameters"), ("gradients", "gradients"),
-                                       ("optimizer", "optimizer slots"), ("accumulators", "accumulators"))
-                if fullest.get(key, 0) > 0]                   # SGD has no slots: not named
-        what = f"mostly model state ({', '.join(held)})" if state > activations else "mostly activations"
+        held = sorted(((fullest.get(key, 0), name) for key, name in
+                       (("parameters", "parameters"), ("gradients", "gradients"), ("optimizer", "optimizer slots"),
+                        ("accumulators", "accumulators")) if fullest.get(key, 0) > 0),   # SGD: no slots named
+                      key=lambda part: -part[0])                                       # largest first
+        what = (f"mostly model state ({', '.join(f'{name} {human_bytes(size)}' for size, name in held)})"
+                if state > activations else f"mostly activations ({human_bytes(activations)})")
     if estimate.peak > capacity_gb * 1e9:
         fits = "OUT OF MEMORY"
     elif estimate.peak > TIGHT_SHARE * capacity_gb * 1e9:

@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping
 from ._args import ArgumentTypeError, short, typed
 from ._children.protocol import parse
 
-__all__ = ["ChildResult", "ChildError", "run_child", "child_environment", "function_source", "BackgroundRun"]
+__all__ = ["ChildResult", "ChildError", "run_child", "child_environment", "function_source", "BackgroundRun",
+           "background_processes"]
 
 # What a snippet run by run_child can use: send_back(...) (also named report), os and json; TensorFlow's start-up messages kept quiet.
 _PRELUDE = ("import os, json\n"
@@ -186,6 +187,14 @@ def run_child(code: str, *, env: Mapping[str, str | None] | None = None, timeout
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
         raise ChildError(f"child process exited with status {proc.returncode}:\n{tail}")
     return result
+
+
+def background_processes(jobs: int) -> int:
+    """How many child processes background work may run at once: the cores this process may use, less one
+    left to the notebook's kernel, at least 1 and at most ``jobs``. On a 2-core machine that is one: the
+    kernel's own cells then run at the same speed whether or not the work is still going."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(jobs, cores - 1))
 
 
 class BackgroundRun:

@@ -25,6 +25,8 @@ def _empty_list(answer: Any, right: list[int], why: str, hint: str) -> Verdict:
         return verdict(answer, False, "", "", form="Give which replicas get nothing, as a list (0-based), not how "
                        "many: e.g. [2, 3], or [] for none.")
     values = as_int_list(answer, none_is_empty=True)
+    if values and right and sorted(values) == [r + 1 for r in right]:
+        hint = f"Counted from 1? Replicas count from 0: the first is replica 0. {hint}"
     return verdict(answer, values is not None and sorted(values) == right, why, hint,
                    form=None if values is not None else _LIST)
 
@@ -33,7 +35,8 @@ def nb05_empty_replicas_a(answer: Any) -> Verdict:
     """1030 samples, global batch 64, 8 replicas: which replicas get nothing in the last step? (a list)"""
     right = _empty_replicas(1030, 64, 8)
     return _empty_list(answer, right, f"{right}: the last 6 samples go 1 per replica to replicas 0-5.",
-                       "How many samples does the last step hold?")
+                       "The last step holds 1030 - 16 x 64 = 6 samples; fit gives each replica in turn ceil(6 / 8) = 1, "
+                       "starting at replica 0. Which replicas are left?")
 
 
 def nb05_empty_replicas_b(answer: Any) -> Verdict:

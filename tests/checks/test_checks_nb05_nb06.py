@@ -32,6 +32,10 @@ def test_nb05_empty_replicas_answers_match_the_planner():
         for ask in (check.nb05_empty_replicas_a, check.nb05_empty_replicas_b):
             assert not ask(zero) and _says(ask(zero), "[] for none or [0] for replica 0")
     assert _says(check.nb05_empty_replicas_a(2), "not how many")
+    # counted from 1 is told so; any other wrong list is not (and the hint never holds the answer)
+    assert _says(check.nb05_empty_replicas_a([7, 8]), "Counted from 1?")
+    assert not _says(check.nb05_empty_replicas_a([5, 6, 7]), "Counted from 1?")
+    assert "[6, 7]" not in repr(check.nb05_empty_replicas_a([7, 8]))
 
 
 @pytest.mark.parametrize("answer", [56, 56.0, np.int64(56), np.float32(56), "56", " 56 "])

@@ -156,6 +156,23 @@ def test_start_cases_checks_at_once_and_runs_in_the_background():
     assert count.value == "1 of 1 case" and repr(row) == "cases run: 1 of 1 case"     # the text without widgets
 
 
+def test_start_cases_leaves_the_kernel_a_core_by_default(monkeypatch):
+    """Background cases take every core but one (at least one, at most the cases), so that the notebook's
+    own cells run at the speed they would alone (issue 33: notebook 05's time varied most)."""
+    from gputrain_kit import processes
+
+    for cores, jobs, expected in ((2, 12, 1), (1, 12, 1), (8, 12, 7), (16, 12, 12), (8, 3, 3)):
+        monkeypatch.setattr(processes.os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+        assert processes.background_processes(jobs) == expected
+    monkeypatch.setattr(processes.os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    case = [("dense", "no BN", "drop_remainder")]
+    both = batchnorm.start_cases(case, kernels=("onednn", "eigen"))          # 2 jobs on 4 cores: 2 at a time
+    monkeypatch.setattr(processes.os, "sched_getaffinity", lambda _pid: {0, 1})
+    one = batchnorm.start_cases(case)                                        # 2 cores: 1, the kernel keeps one
+    assert (both.processes, one.processes) == (2, 1)
+    assert [r.outcome for r in both.result(timeout=300).results + one.result(timeout=300).results] == ["healthy"] * 3
+
+
 def test_forked_cases_report_what_a_fresh_interpreter_reports(monkeypatch):
     """On Linux each case runs in a child forked from one process that imported TensorFlow once (two at a
     time here); a crash then costs no new import. The outcomes must be those of the plain path (one interpreter, a fresh one

@@ -19,6 +19,11 @@ def test_slice_bounds_match_multi_gpu_model():
 def test_plan_descriptions():
     assert describe_plan(plan_batches(1030, 64, 4)) == [(1, 16, [16] * 4), (17, 17, [2, 2, 2, 0])]
     assert "step 17 gives replica 3 no data" in plan_verdict(plan_batches(1030, 64, 4))
+    assert "step 17 gives replicas 6 and 7 no data:" in plan_verdict(plan_batches(1030, 64, 8))
+    several = [[1, 0, 0], [1, 1, 0], [0, 0, 0]]                     # three steps with empty replicas
+    assert plan_verdict(several).startswith("step 1 gives replicas 1 and 2 no data, and 2 more steps leave a "
+                                            "replica without data:")
+    assert "and 1 more step leaves a replica" in plan_verdict(several[:2])
     assert "Keras 3 fit refuses" in plan_verdict(plan_batches(1438, 62, 4))
     assert "fit accepts" in plan_verdict(plan_batches(1438, 256, 4))
     assert "splits evenly" in plan_verdict(plan_batches(1024, 256, 4))

@@ -114,3 +114,18 @@ def test_gpu_check_runs_a_notebook_through_perf_and_names_the_failing_cell(tmp_p
     assert executed.cells[0].outputs[0]["text"] == "hi\n" and row["seconds"] > 0
     assert row["gpu_peak_mib"] == [] and row["compared_cells"] == 2
     assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_recorded_matrix_prints_as_the_live_one_does():
+    """Notebook 05 prints the H100 record under its own matrix: a case per line, what you see indented under
+    it and wrapped (no line over 100 characters), and which of the record's cases are not in DEFAULT_CASES."""
+    from gputrain_kit.batchnorm import DEFAULT_CASES
+
+    text = kit.gpu_record.lines("bn_matrix")[0]
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 110 and len(lines) > len(FACTS["bn_matrix"]["rows"])
+    recorded = len(FACTS["bn_matrix"]["rows"]) - 2
+    extra = recorded - sum(1 for m, bn, b in DEFAULT_CASES if f"    {m:<6} {bn:<13} {b:<16}" in text)
+    assert f"{recorded} cases, the {recorded - extra} of DEFAULT_CASES and {extra} of OTHER_CASES" in lines[0]
+    assert "    dense  scale=False   last step empty  silent NaN" in lines
+    assert any(line.startswith("        loss finite; NaN in moving_mean") for line in lines)

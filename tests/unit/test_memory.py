@@ -6,7 +6,7 @@ import time
 import pytest
 
 from gputrain_kit import estimate_memory
-from gputrain_kit.memory import LayerStat, dense_stack_profile, preset_profile, split_layers, PRESETS
+from gputrain_kit.memory import LayerStat, dense_stack_profile, human_bytes, preset_profile, split_layers, PRESETS
 from gputrain_kit.widgets import MemoryExplorer, memory_verdict
 from conftest import last_json, run_python
 
@@ -307,6 +307,23 @@ def test_memory_verdict_says_tight_ties_and_small_sizes():
     assert "KB of a 12 GB card: fits" in small and "0.00" not in small
 
 
+def test_memory_verdict_names_the_dominant_parts_largest_first_with_their_sizes():
+    """A reader saw 'mostly model state (parameters, gradients, optimizer slots)' at ZeRO stage 2, where the
+    chart showed gradients and slots small: the verdict gives each part's size, largest first."""
+    full = dense_stack_profile(8, 8192, head=16)
+    zero2 = estimate_memory(full, batch_size=32768, optimizer="adam", strategy="data", devices=8, zero_stage=2)
+    d = zero2.per_device[0]
+    assert d["parameters"] > d["optimizer"] > d["gradients"]
+    assert memory_verdict(zero2, 12).endswith(
+        f"mostly model state (parameters {human_bytes(d['parameters'])}, optimizer slots {human_bytes(d['optimizer'])}, "
+        f"gradients {human_bytes(d['gradients'])}).")
+    sgd = estimate_memory(full, batch_size=32768, optimizer="sgd", accumulation_steps=4)
+    assert "slots" not in memory_verdict(sgd, 12) and "accumulators 2.15 GB" in memory_verdict(sgd, 12)
+    big_batch = estimate_memory(full, batch_size=4 * 32768, optimizer="sgd")
+    activations = human_bytes(big_batch.per_device[0]["activations"])
+    assert memory_verdict(big_batch, 12).endswith(f"mostly activations ({activations}).")
+
+
 
 def test_memory_verdict_is_the_kits_and_refuses_what_is_not_an_estimate_or_a_card():
     """Notebook 08 calls kit.memory_verdict (the explorer's sentence, one function); a profile instead of an
@@ -374,6 +391,7 @@ def test_memory_figure_keeps_each_parts_colour_draws_parts_to_scale_and_no_zero_
     from gputrain_kit.plots import human_bytes, memory_figure
 
     assert human_bytes(4810) == "4.81 KB" and human_bytes(2.5e9) == "2.5 GB" and human_bytes(12) == "12 bytes"
+    assert human_bytes(2.12e12) == "2.12 TB"          # not "2.12e+03 GB" (the explorer at a huge batch)
     profile = preset_profile("digits")
     plain = memory_figure(estimate_memory(profile, batch_size=8, optimizer="sgd"), 12)
     accumulating = memory_figure(estimate_memory(profile, batch_size=8, optimizer="sgd", accumulation_steps=2), 12)
