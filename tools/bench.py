@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -53,6 +54,21 @@ def within(run, floor: float) -> bool:
     """The notebook's budget on this machine: ran, the wall limit for this floor, the memory limits."""
     return (run.error is None and run.seconds <= wall_limit_s(floor) and run.kernel_peak_bytes <= NOTEBOOK_BUDGET_BYTES
             and run.tree_peak_bytes <= TREE_BUDGET_BYTES)
+
+
+#: Sections of docs/performance.md written by hand (what a bench run cannot measure, such as a whole `make test`
+#: on a fresh clone): kept as they are when the bench rewrites the rest.
+KEPT_SECTIONS = ("## `make test` on a fresh clone",)
+
+
+def _kept_sections(previous: str) -> list[str]:
+    """The hand-written sections of the previous report, each up to the next '## ' heading."""
+    kept: list[str] = []
+    for heading in KEPT_SECTIONS:
+        if f"\n{heading}\n" in previous:
+            body = previous.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0].rstrip("\n")
+            kept += ["", heading] + body.split("\n")
+    return kept
 
 
 def main(argv: list[str]) -> int:
@@ -183,10 +199,16 @@ def main(argv: list[str]) -> int:
                      f"\"{r['status_before_training']}\" before training |")
     previous = OUT.read_text() if OUT.exists() else ""
     if not with_unit and "\n## Unit tests\n" in previous:
-        note = "(Kept from the last full `make bench`: this run skipped the unit tests.)"
-        kept = [line for line in previous.split("\n## Unit tests\n", 1)[1].strip().splitlines() if line != note]
-        while kept and not kept[0].strip():
-            kept.pop(0)
+        body = previous.split("\n## Unit tests\n", 1)[1].split("\n## ", 1)[0]     # up to the next section
+        kept = body.strip().splitlines()
+        if kept and kept[0].startswith("(Kept from"):      # kept before: its note already says from when
+            note, kept = kept[0], kept[1:]
+            while kept and not kept[0].strip():
+                kept.pop(0)
+        else:
+            when = re.search(r"Measured by `make bench` on (\S+?)\.", previous)
+            note = (f"(Kept from the full `make bench` of {when.group(1) if when else 'an earlier run'}: this run "
+                    "skipped the unit tests.)")
         lines += ["", "## Unit tests", "", note, ""] + kept
     elif with_unit:
         groups, wall = unit_test_groups()
@@ -196,6 +218,7 @@ def main(argv: list[str]) -> int:
                   "another shared the cores with it):", "",
                   "| test file | time |", "|---|---|"]
         lines += [f"| {name} | {seconds:.1f} s |" for name, seconds in groups.items()]
+    lines += _kept_sections(previous)
     lines.append("")
     OUT.parent.mkdir(exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=OUT.parent, prefix=".performance-", suffix=".md")

@@ -33,3 +33,17 @@ def test_setup_cells_and_unknown_cells():
     assert "floor" in slow_cells.reason("03_device_parallel", "import gputrain_kit as kit")
     assert slow_cells.reason("03_device_parallel", "print('no such cell')") is None
     assert slow_cells.reason("09_not_a_notebook", "callbacks = [") is None
+
+
+def test_bench_keeps_the_hand_written_make_test_section():
+    """`make bench` rewrites docs/performance.md; the whole `make test` on a fresh clone (issue 33) is measured
+    apart and written by hand, and survives the rewrite, up to the next section."""
+    import bench
+
+    previous = ("# Performance\n\n## Widgets\n\nw\n\n## `make test` on a fresh clone\n\nmeasured by hand\n\n"
+                "| part | time |\n|---|---|\n\n## Unit tests\n\nu\n")
+    kept = bench._kept_sections(previous)
+    assert kept[:2] == ["", "## `make test` on a fresh clone"] and "measured by hand" in kept
+    assert "## Unit tests" not in kept and "w" not in kept and kept[-1] == "|---|---|"
+    assert bench._kept_sections("# Performance\n") == []
+    assert "## `make test` on a fresh clone" in (ROOT / "docs" / "performance.md").read_text()
