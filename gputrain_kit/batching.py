@@ -39,7 +39,7 @@ def plan_batches(n_samples: int, global_batch: int, replicas: int,
                  drop_remainder: bool = False, *, via: str = "dataset", _caller: str = "") -> list[list[int]]:
     """Per-replica batch sizes for every step of one epoch, as tf.distribute splits them.
 
-    ``via="dataset"`` (default): ``experimental_distribute_dataset`` and Keras ``fit``; ``drop_remainder``
+    ``via="dataset"`` (default; ``"fit"`` says the same): ``experimental_distribute_dataset`` and Keras ``fit``; ``drop_remainder``
     is the global batch's. ``via="function"``: ``distribute_datasets_from_function`` on one worker, the
     dataset batched per replica (``drop_remainder`` is then the per-replica batch's); the global batch must
     divide by the replicas, as ``get_per_replica_batch_size`` demands.
@@ -56,7 +56,7 @@ def plan_batches(n_samples: int, global_batch: int, replicas: int,
     global_batch = require_int(func, "global_batch", global_batch, minimum=1)
     replicas = require_int(func, "replicas", replicas, minimum=1)
     drop_remainder = require_bool(func, "drop_remainder", drop_remainder)
-    via = require_choice(func, "via", via, VIAS)
+    via = "dataset" if via == "fit" else require_choice(func, "via", via, VIAS)     # "fit": the same path
     if global_batch < replicas or global_batch > n_samples:
         import warnings
 
@@ -68,10 +68,11 @@ def plan_batches(n_samples: int, global_batch: int, replicas: int,
     if via == "function":
         return _plan_per_replica_batches(n_samples, global_batch, replicas, drop_remainder, func)
     full, rest = divmod(n_samples, global_batch)
-    sizes = [global_batch] * full
+    whole = split_batch(global_batch, replicas)             # every full step splits alike: split once
+    plan = [whole[:] for _ in range(full)]
     if rest and not drop_remainder:
-        sizes.append(rest)
-    return [split_batch(size, replicas) for size in sizes]
+        plan.append(split_batch(rest, replicas))
+    return plan
 
 
 def _plan_per_replica_batches(n_samples: int, global_batch: int, replicas: int,
@@ -86,8 +87,12 @@ def _plan_per_replica_batches(n_samples: int, global_batch: int, replicas: int,
     full, rest = divmod(n_samples, per_replica)
     if drop_remainder:  # static batch shapes: tf.distribute then drops a step that cannot fill every replica
         return [[per_replica] * replicas for _ in range(full // replicas)]
-    batches = [per_replica] * full + ([rest] if rest else [])
-    return [(batches[i:i + replicas] + [0] * replicas)[:replicas] for i in range(0, len(batches), replicas)]
+    whole_steps, left = divmod(full, replicas)              # steps whose replicas all get a whole batch
+    plan = [[per_replica] * replicas for _ in range(whole_steps)]
+    last = [per_replica] * left + ([rest] if rest else [])
+    if last:
+        plan.append((last + [0] * replicas)[:replicas])
+    return plan
 
 
 def empty_slots(plan: list[list[int]]) -> list[tuple[int, int]]:

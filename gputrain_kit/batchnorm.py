@@ -101,6 +101,7 @@ class CaseResult:
 @dataclass(frozen=True)
 class Matrix:
     results: tuple[CaseResult, ...]
+    note: str = ""                 # printed above the table (your own model: how your data was cut)
 
     @property
     def families(self) -> tuple[str, ...]:
@@ -148,7 +149,7 @@ class Matrix:
         multi, mw = len(self.families) > 1, self._model_width
         head = (f"{'model':<{mw}} {'BatchNorm':<13} {'batches':<16} " + (f"{'kernels':<17}" if multi else "")
                 + "outcome (and under it: what you see)")
-        lines = [head, "-" * len(head)]
+        lines = textwrap.wrap(self.note, 100, break_on_hyphens=False) + [head, "-" * len(head)]
         for r in self.results:       # what you see on lines of its own: a notebook never wraps it mid-word
             family = f"{FAMILY_NAMES.get(r.kernels, r.kernels):<17}" if multi else ""
             lines.append(f"{r.model:<{mw}} {r.bn:<13} {r.batching:<16} {family}{r.outcome}")
@@ -200,6 +201,16 @@ class _UsersModel:
     y: Any
     batch_size: int
     loss: str
+    given: int = 0                 # samples passed, before the cut to whole batches + DEVICES - 1
+
+    def note(self, families: tuple[str, ...] | None) -> str:
+        """What the matrix of this model says above its table: how the data was cut, and the kernels."""
+        steps = (len(self.x) - (DEVICES - 1)) // self.batch_size
+        kernels = ("under " + " and ".join(FAMILY_NAMES.get(f, f) for f in families) + " kernels" if families else
+                   "under this process's CPU kernels (kernels=('onednn', 'eigen') runs both families)")
+        return (f"Your data: {self.given} samples, cut to {len(self.x)} = {steps} x {self.batch_size} + "
+                f"{DEVICES - 1}, so that the last step splits [1, 1, 1, 0] (the trap, on purpose; whether your "
+                f"own data size hits it: check_batch_plan({self.given}, {self.batch_size}, {DEVICES})); {kernels}.")
 
 
 def _users_model(func: str, build: Any, data: Any, batch_size: Any, loss: Any) -> _UsersModel:
@@ -216,6 +227,11 @@ def _users_model(func: str, build: Any, data: Any, batch_size: Any, loss: Any) -
     if len(x) != len(y):
         raise ValueError(f"{func}: data's x has {len(x)} samples and y {len(y)}; they must match.")
     batch_size = require_int(func, "batch_size", batch_size, minimum=DEVICES)
+    if batch_size % DEVICES:
+        below, above = batch_size - batch_size % DEVICES, batch_size - batch_size % DEVICES + DEVICES
+        raise ValueError(f"{func}: batch_size={batch_size} does not divide over the {DEVICES} replicas, and Keras 3's "
+                         f"fit refuses a first step whose replicas get different batch sizes (notebook 02); pass "
+                         f"{below} or {above}.")
     if len(x) < batch_size + DEVICES - 1:
         raise ValueError(f"{func}: data has {len(x)} samples; a last step that leaves one of the {DEVICES} "
                          f"replicas empty needs at least batch_size + {DEVICES - 1} = {batch_size + DEVICES - 1}. "
@@ -229,9 +245,11 @@ def _users_model(func: str, build: Any, data: Any, batch_size: Any, loss: Any) -
         except ValueError:
             raise ValueError(f"{func}: loss={loss!r} is not a Keras loss name; pass one such as "
                              "'sparse_categorical_crossentropy' or 'mse' (what compile(loss=...) accepts).") from None
+    if loss is None:
+        _refuse_uncompiled(func, build)
     # Whole batches and a last batch of DEVICES - 1 samples: split [1, 1, 1, 0], one replica gets none.
     n = (len(x) - (DEVICES - 1)) // batch_size * batch_size + DEVICES - 1
-    return _UsersModel(source, build.__name__, x[:n], y[:n], batch_size, loss or "")
+    return _UsersModel(source, build.__name__, x[:n], y[:n], batch_size, loss or "", len(x))
 
 
 def _check(func: str, cases: Iterable[Any] | None, epochs: Any, processes: Any, kernels: Any = None,
@@ -263,6 +281,26 @@ def _check(func: str, cases: Iterable[Any] | None, epochs: Any, processes: Any, 
                             require_choice(func, "batching", batching, BATCHINGS)))
     return (checked, require_int(func, "epochs", epochs, minimum=1),
             require_int(func, "processes", processes, minimum=1), kernels)
+
+
+def _refuse_uncompiled(func: str, build: Any) -> None:
+    """Without loss=, build() must compile its model: where this process's TensorFlow runtime has started (a
+    notebook after ``setup``), build it here without allocating its weights and refuse an uncompiled one before
+    any case starts (elsewhere each case's process says so)."""
+    from . import _tf
+
+    if not _tf.devices_initialised():
+        return
+    import keras
+
+    try:
+        with keras.StatelessScope():
+            model = build()
+    except Exception:
+        return                               # each case's process reports build()'s own error
+    if isinstance(model, keras.Model) and not model.compiled:
+        raise ValueError(f"{func}: {build.__name__}() returns an uncompiled model and no loss was given: compile "
+                         "it inside build(), or pass loss=..., e.g. loss='sparse_categorical_crossentropy'.")
 
 
 def _users_data_file(users: _UsersModel) -> str:
@@ -298,6 +336,7 @@ def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes:
     batches plus 3 samples (the last step split [1, 1, 1, 0]), ``"drop_remainder"`` on the same samples without
     that step. The BatchNorm column reads ``"as built"``."""
     import os
+    import re
 
     from ._children import Job, run_jobs
 
@@ -333,12 +372,15 @@ def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes:
             raise RuntimeError(f"{where} did not finish within {timeout:g} s; a case takes seconds on an idle machine, "
                                "so this one is probably busy. Run it again when the machine is quieter, or give it "
                                "more time: run_cases(timeout=...) or start_cases(timeout=...).")
+        refusal = re.search(r"^(ValueError|TypeError): (run_cases: .*)\Z", (outcome.error or "").strip(), re.M | re.S)
+        if refusal:                      # the case's own check of your build() or data: its message, no traceback
+            raise (ValueError if refusal[1] == "ValueError" else TypeError)(refusal[2])
         raise RuntimeError(f"{where} did not report: {outcome.error}")
 
     def done(outcome: Any, count: int, _total: int) -> None:
         try:
             results[outcome.id] = classify(outcome)
-        except RuntimeError:
+        except (RuntimeError, ValueError, TypeError):
             return                       # raised below, after every case ran
         if on_result is not None:
             on_result(results[outcome.id], count, total)
@@ -348,7 +390,8 @@ def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes:
     finally:
         if extra:
             os.unlink(extra["data_path"])
-    matrix = Matrix(tuple(results.get(job_id) or classify(outcome) for job_id, outcome in outcomes.items()))
+    matrix = Matrix(tuple(results.get(job_id) or classify(outcome) for job_id, outcome in outcomes.items()),
+                    _users.note(kernels) if _users is not None else "")
     if _users is not None:
         _refuse_a_model_that_never_trains(func, matrix)
     return matrix

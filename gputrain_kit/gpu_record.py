@@ -122,7 +122,9 @@ def lines(*keys: str) -> list[str]:
 
 
 def show(*keys: str) -> None:
-    """Print the label, then the recorded facts ``keys``."""
-    print(label())
+    """Print the label (wrapped: a notebook never breaks it mid-word), then the recorded facts ``keys``."""
+    import textwrap
+
+    print(textwrap.fill(label(), 100, break_long_words=False, break_on_hyphens=False))
     for line in lines(*keys):
         print("  " + line)

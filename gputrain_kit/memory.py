@@ -195,7 +195,7 @@ def remat_checkpoints(n_layers: int) -> list[int]:
 
 def _kept_activations(stats: Sequence[LayerStat], remat: bool) -> int:
     """Activation values per sample kept for the backward pass: all outputs, or with ``remat`` the
-    segment ends plus the largest segment, recomputed one segment at a time."""
+    segment ends plus the largest segment, recomputed one segment at a time (at most all outputs)."""
     if not remat or len(stats) < 3:
         return sum(s.activations for s in stats)
     ends = remat_checkpoints(len(stats))
@@ -203,7 +203,10 @@ def _kept_activations(stats: Sequence[LayerStat], remat: bool) -> int:
     for end in ends:
         segments.append(sum(s.activations for s in stats[start:end + 1]))
         start = end + 1
-    return sum(stats[i].activations for i in ends) + max(segments)
+    kept = sum(stats[i].activations for i in ends) + max(segments)
+    # never more than keeping every output: where the large outputs come first (a conv net's early layers),
+    # checkpoints plus the largest segment can add up to more than the plain step keeps
+    return min(kept, sum(s.activations for s in stats))
 
 
 def _recurrent_note(model: Any) -> tuple[str, ...]:
@@ -322,7 +325,8 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
         per_device = [usage(stats, s) for s in shares]
     levers = []
     if dtype_policy != "float32":
-        levers.append(f"{dtype_policy}: float32 variables, gradients and slots; {act_bytes}-byte activations"
+        levers.append(f"{dtype_policy}: float32 variables, gradients and slots; {act_bytes}-byte activations "
+                      "where the kernels compute in 16 bits (GPUs; on most CPUs 16 bits are emulated: measure)"
                       + ("; LossScaleOptimizer adds 4 scalars" if dtype_policy == "mixed_float16" else ""))
     if remat:
         levers.append(f"recomputation: outputs kept at {len(remat_checkpoints(len(stats)))} of {len(stats)} layers "
@@ -418,12 +422,15 @@ TIGHT_SHARE = 0.85
 
 def _require_capacity(func: str, capacity_gb: Any) -> float:
     """A card's memory in GB, checked for ``MemoryEstimate.fits`` and ``memory_verdict`` alike: a positive real
-    number (NumPy's included; not a bool, a string or NaN)."""
+    number (NumPy's included; not a bool, a string or NaN) under 100,000 (more is a size in bytes)."""
     import numbers
 
     if isinstance(capacity_gb, bool) or not isinstance(capacity_gb, numbers.Real) or not float(capacity_gb) > 0:
         raise ArgumentTypeError(f"{func}: capacity_gb must be the card's memory in GB, a positive number such as "
                                 f"12, got {short(capacity_gb)} ({type(capacity_gb).__name__}).")
+    if float(capacity_gb) >= 1e5:        # no card holds 100 TB: bytes, as an estimate's .peak is
+        raise ValueError(f"{func}: capacity_gb is in GB, got {float(capacity_gb):g}, which reads as bytes "
+                         f"({float(capacity_gb) / 1e9:g} GB); pass {float(capacity_gb) / 1e9:g}.")
     return float(capacity_gb)
 
 

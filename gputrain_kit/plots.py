@@ -78,7 +78,8 @@ def memory_figure(estimate: Any, capacity_gb: float):
     for x, total in zip(xs, bottom):
         # a total just under or over the card's line is written above the line, not through it
         y = max(total, capacity_gb) + 0.01 * top if abs(total - capacity_gb) < 0.06 * top else total
-        ax.annotate(f"{total:.2f}", (x, y), ha="center", va="bottom", fontsize=8)
+        ax.annotate(f"{total:.2f}" if total >= 0.01 else human_bytes(total * 1e9), (x, y), ha="center",
+                    va="bottom", fontsize=8)            # a small model's total in the unit that reads, not "0.00"
     ax.axhline(capacity_gb, color="red", linestyle="--", label=f"{capacity_gb:g} GB card")
     ax.axhline(TIGHT_SHARE * capacity_gb, color="red", linestyle=":", alpha=0.5,
                label=f"{TIGHT_SHARE:.0%} of it: tight above")
@@ -88,12 +89,14 @@ def memory_figure(estimate: Any, capacity_gb: float):
     fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=7, fontsize=8, frameon=False)
     fullest = max(estimate.per_device, key=lambda d: d["total"])
     shown = [part for part in parts if fullest[part] > 0]       # no bar of 0 bytes: said in words
-    values = [fullest[part] / 1e9 for part in shown]
+    largest = max((fullest[part] for part in shown), default=1e9)
+    unit, scale = next(((u, f) for u, f in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)) if largest >= f), ("bytes", 1.0))
+    values = [fullest[part] / scale for part in shown]        # the axis in the unit of the largest part
     parts_ax.barh(range(len(shown)), values, color=[colour_of[p] for p in shown])
     for row, (part, value) in enumerate(zip(shown, values)):
         parts_ax.annotate(f" {human_bytes(fullest[part])}", (value, row), va="center", fontsize=8)
     none = [part for part in parts if fullest[part] <= 0]
-    parts_ax.set(yticks=range(len(shown)), yticklabels=shown, xlabel="GB",
+    parts_ax.set(yticks=range(len(shown)), yticklabels=shown, xlabel=unit,
                  xlim=(0, max(values) * 1.5) if values else (0, 1),           # room for each bar's label
                  title="fullest device, by part" + (f"\n(0 bytes: {', '.join(none)})" if none else ""))
     parts_ax.invert_yaxis()

@@ -52,6 +52,8 @@ class ReplicaReport:
         return replica_heatmap(self)
 
     def __repr__(self) -> str:
+        import math
+
         width = max((len(r.path) for r in self.rows), default=8)
         head = f"{'variable':<{width}}  " + "  ".join(f"{'replica ' + str(i):>12}" for i in range(self.replicas))
         lines = [head]
@@ -60,8 +62,10 @@ class ReplicaReport:
             for ok, diff in zip(r.finite, r.max_diff):
                 cells.append(f"{'NaN/inf':>12}" if not ok else f"{diff:>12.3g}")
             lines.append(f"{r.path:<{width}}  " + "  ".join(cells))
+        compared = any(not math.isnan(d) for r in self.rows for d in r.max_diff[1:])
         lines.append(f"(cells: largest |copy - replica 0's copy|; {len(self.poisoned)} non-finite copies; "
-                     f"spread {self.spread:.3g})")
+                     + (f"spread {self.spread:.3g})" if compared or self.replicas == 1 else
+                        "spread: none, no finite copy to compare with replica 0's)"))
         return "\n".join(lines)
 
 
@@ -78,12 +82,12 @@ def _strategy_name(strategy: Any) -> str:
     return "the default strategy (no strategy.scope())" if name == "_DefaultDistributionStrategy" else name
 
 
-def replica_report(model: Any, strategy: Any, variables: Sequence[Any] | None = None) -> ReplicaReport:
+def replica_report(model: Any, strategy: Any = None, variables: Sequence[Any] | None = None) -> ReplicaReport:
     """Every replica's copy of every variable of ``model``: finite or not, difference from replica 0.
 
-    ``strategy`` must be the one the model was built under (``model.distribute_strategy``): a model
-    built outside ``strategy.scope()`` has one copy per variable, and the report says so instead of
-    showing a healthy one-replica table.
+    ``strategy`` must be the one the model was built under; None (the default) reads it from the model
+    (``model.distribute_strategy``). A model built outside ``strategy.scope()`` has one copy per variable,
+    and the report says so instead of showing a healthy one-replica table.
     """
     import numpy as np
 
@@ -91,6 +95,11 @@ def replica_report(model: Any, strategy: Any, variables: Sequence[Any] | None = 
     if not hasattr(model, "weights"):
         raise ArgumentTypeError(f"{func}: model must be a Keras model (or layer), got {typed(model)}. "
                                 "Call replica_report(model, strategy).")
+    if strategy is None:
+        strategy = getattr(model, "distribute_strategy", None)
+        if strategy is None:
+            raise ArgumentTypeError(f"{func}: {typed(model)} has no distribute_strategy to read; pass the strategy "
+                                    "it was built under: replica_report(layer, strategy).")
     _require_strategy(func, strategy)
     variables = list(model.weights if variables is None else variables)
     if not variables:
@@ -141,7 +150,12 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
     Returns the plan.
     """
     plan = plan_batches(n_samples, global_batch, replicas, drop_remainder, via=via, _caller="check_batch_plan")
-    if empty_slots(plan):
+    if not plan:                         # drop_remainder on fewer samples than one batch: nothing trains at all
+        warnings.warn(f"drop_remainder=True leaves no step at all: {n_samples} samples do not fill one whole step "
+                      f"of {global_batch} over {replicas} replicas, so every replica gets nothing and training runs "
+                      "no step. Use a smaller global batch, or drop_remainder=False.", EmptyReplicaWarning,
+                      stacklevel=2)
+    elif empty_slots(plan):
         where = "the global batch" if via == "dataset" else "each replica's batch"
         warnings.warn(plan_verdict(plan) + f" Fix: fixed-size batches (drop_remainder=True on {where}, "
                       "or repeat() with steps_per_epoch, or padding the data to a multiple of the global batch). "

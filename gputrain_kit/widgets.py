@@ -89,7 +89,7 @@ def render_plan(plan: list[list[int]], max_groups: int = 6) -> str:
     for first, last, sizes in shown:
         label = f"step {first}" if first == last else f"steps {first}-{last}"
         rows.append(f"<tr><td style='padding:2px 8px'>{label}</td>{cells(sizes)}</tr>")
-    header = "".join(f"<th>replica {i}</th>" for i in range(len(plan[0]))) if plan else ""
+    header = "".join(f"<th style='padding:2px 8px'>replica {i}</th>" for i in range(len(plan[0]))) if plan else ""
     return (f"<table><tr><th></th>{header}</tr>{''.join(rows)}</table>"
             f"<p>{html.escape(plan_verdict(plan))}</p>")
 
@@ -244,8 +244,8 @@ class SplitExplorer:
                                         value=via, description="input path", style={"description_width": "initial"},
                                         layout=widgets.Layout(width="auto"))
         wide = {"description_width": "initial"}              # labels in full, never "global bat..."
-        self.n_samples = widgets.BoundedIntText(value=n_samples, min=1, max=10_000_000, description="samples",
-                                                style=wide)
+        self.n_samples = widgets.BoundedIntText(value=n_samples, min=1, max=100_000, description="samples",
+                                                style=wide)      # at most 100,000 steps: each update well under 1 s
         self.global_batch = widgets.IntSlider(value=global_batch, min=1, max=1024, description="global batch",
                                               style=wide)
         self.replicas = widgets.IntSlider(value=replicas, min=1, max=16, description="replicas", style=wide)
@@ -273,7 +273,11 @@ class SplitExplorer:
         if not plan:
             self.output.value = "<p>drop_remainder leaves no step at all: the dataset is smaller than one batch.</p>"
             return
-        self.output.value = f"<p>{len(plan)} step(s) per epoch.</p>" + render_plan(plan)
+        from .batching import empty_slots
+
+        tip = ("<p><i>Tick drop_remainder to see the fix: the step that leaves a replica empty is dropped.</i></p>"
+               if empty_slots(plan) and not self.drop.value else "")
+        self.output.value = f"<p>{len(plan)} step(s) per epoch.</p>" + render_plan(plan) + tip
 
     def _ipython_display_(self) -> None:
         from IPython.display import display

@@ -48,6 +48,8 @@ case("estimate_memory", "devices", "a strategy and another device count",
      "kit.estimate_memory(dense, batch_size=8, strategy=strategy, devices=2)")
 case("MemoryEstimate.fits", "capacity_gb", "the card's size as a string",
      "kit.estimate_memory(dense, batch_size=8).fits('12')")
+case("memory_verdict", "capacity_gb", "the card's size in bytes (as an estimate's .peak is)",
+     "kit.memory_verdict(kit.estimate_memory(dense, batch_size=8), 12e9)")
 case("measure_memory", "build", "a lambda", "kit.measure_memory(lambda: dense, batch_size=8)")
 case("measure_memory", "accumulation_steps", "a batch not divisible by the steps",
      "kit.measure_memory(job, batch_size=10, accumulation_steps=4)")
@@ -89,6 +91,8 @@ case("batchnorm.run_cases", "data", "x and y of different lengths",
      "kit.batchnorm.run_cases(build=functional, data=(np.zeros((99, 4)), np.zeros(98)))")
 case("batchnorm.run_cases", "loss", "a misspelt loss (it crashed every case as if it were the trap)",
      "kit.batchnorm.run_cases(build=functional, data=(np.zeros((99, 4)), np.zeros(99)), loss='sparse_categorial')")
+case("batchnorm.run_cases", "batch_size", "a batch that does not divide over the 4 replicas",
+     "kit.batchnorm.run_cases(build=functional, data=(np.zeros((99, 4)), np.zeros(99)), batch_size=30, loss='mse')")
 case("batchnorm.start_cases", "data", "too few samples for a last step with an empty replica",
      "kit.batchnorm.start_cases(build=functional, data=(np.zeros((40, 4)), np.zeros(40)), batch_size=64)")
 case("batchnorm.run_cases", "cases", "a kit case for your own model",

@@ -58,6 +58,13 @@ def widget_budget_s(floor: float | None) -> float:
     return min(1.0, WIDGET_BUDGET_S * max(1.0, (floor or 0.0) / REFERENCE_FLOOR_S))
 
 
+def progress_gap_s(floor: float | None) -> float:
+    """The longest a cell may run without showing progress on this machine: PROGRESS_GAP_S (5 s) where the floor
+    is within what the budgets were set on (3.7 s, as for ``wall_limit_s``), scaled with the floor on a slower
+    machine (a 6.6 s floor: 8.9 s), where every cell takes longer by the same factor."""
+    return PROGRESS_GAP_S * max(1.0, (floor or 0.0) / REFERENCE_FLOOR_S)
+
+
 def notebook_ratio_limit(tf_children: int = 0, *, limit: float = FLOOR_RATIO_LIMIT) -> float:
     """A notebook's limit in floors: FLOOR_RATIO_LIMIT, plus one floor for each TensorFlow import the notebook
     starts in a process of its own (the floor is one such import: notebook 05's matrix needs one process per

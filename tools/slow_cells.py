@@ -32,7 +32,7 @@ REASONS: dict[tuple[str, str], str] = {
         "conclusion, measured",
     ("02", "for batch in (32, 512):"): "5 epochs at batch 32 (225 steps) and at 512: the accuracy gap needs "
         "the same epochs for both",
-    ("02", "callbacks = ["): "a two-output model with four callbacks under 4 replicas; EarlyStopping ends it "
+    ("02", "callbacks = ["): "a two-output model with four callbacks (and a line per epoch) under 4 replicas; EarlyStopping ends it "
         "after 3 epochs, the fewest that show both ReduceLROnPlateau and EarlyStopping acting",
     ("03", "branch_1, branch_2, merge"): "5 epochs with validation on three devices: the accuracy shows the "
         "placed model trains",

@@ -24,12 +24,20 @@ class Verdict:
         return self.message
 
 
+class Slip(str):
+    """A ``form`` message for the right amount in another unit (bytes for GB, 27 for 27%): the verdict then
+    says "Check the unit", not "Not a form this check reads"."""
+
+
 def verdict(answer: Any, correct: bool, right: str, hint: str, *, form: str | None = None) -> Verdict:
-    """Not answered / correct / wrong form (``form`` says what to give) / wrong value (``hint``)."""
+    """Not answered / correct / wrong form (``form`` says what to give; a ``Slip``: the right amount in another
+    unit) / wrong value (``hint``)."""
     if answer is Ellipsis:
         return Verdict(False, "Not answered yet: replace ... with your answer and run the cell again.")
     if correct:
         return Verdict(True, f"Correct. {right}")
+    if isinstance(form, Slip):
+        return Verdict(False, f"Check the unit: got {_short(answer)}. {form}")
     if form is not None:
         return Verdict(False, f"Not a form this check reads: got {_short(answer)}. {form}")
     return Verdict(False, f"Not yet. {hint}")
@@ -85,8 +93,8 @@ def percent_slip(value: float | None, right: float, tolerance: float) -> str | N
     it is not such a slip."""
     if value is None or not 1 < value <= 100 or abs(value / 100 - right) >= tolerance:
         return None
-    return (f"{value:g} reads as a percentage: give a fraction between 0 and 1, such as {value / 100:g}, or a "
-            f"string with the sign, such as '{value:g}%'.")
+    return Slip(f"{value:g} reads as a percentage: give a fraction between 0 and 1, such as {value / 100:g}, or a "
+                f"string with the sign, such as '{value:g}%'.")
 
 
 def unit_slip(value: float, right: float, unit: str, tolerance: float) -> str | None:
@@ -101,8 +109,9 @@ def unit_slip(value: float, right: float, unit: str, tolerance: float) -> str | 
         slips.append((unit[0] + "iB", scale / _UNITS[binary]))
     for name, factor in slips:
         if abs(value - right * factor) <= tolerance * right * factor:
-            return (f"{value:g} is the right amount in {name}, but the question asks for {unit} (1 {unit} = "
-                    f"{scale:.0e} bytes); say the unit when you use another: '{value:g} {name}'.").replace("e+0", "e")
+            return Slip((f"{value:g} is the right amount in {name}, but the question asks for {unit} (1 {unit} = "
+                         f"{scale:.0e} bytes); say the unit when you use another: '{value:g} {name}'.")
+                        .replace("e+0", "e"))
     return None
 
 

@@ -25,7 +25,9 @@ def _empty_list(answer: Any, right: list[int], why: str, hint: str) -> Verdict:
         return verdict(answer, False, "", "", form="Give which replicas get nothing, as a list (0-based), not how "
                        "many: e.g. [2, 3], or [] for none.")
     values = as_int_list(answer, none_is_empty=True)
-    if values and right and sorted(values) == [r + 1 for r in right]:
+    if values and right and len(values) > len(right) and [i for i, v in enumerate(values) if v == 0] == right:
+        hint = "That is the last step's split itself; which replicas (their positions, from 0) hold 0 samples?"
+    elif values and right and sorted(values) == [r + 1 for r in right]:
         hint = f"Counted from 1? Replicas count from 0: the first is replica 0. {hint}"
     return verdict(answer, values is not None and sorted(values) == right, why, hint,
                    form=None if values is not None else _LIST)
@@ -35,8 +37,8 @@ def nb05_empty_replicas_a(answer: Any) -> Verdict:
     """1030 samples, global batch 64, 8 replicas: which replicas get nothing in the last step? (a list)"""
     right = _empty_replicas(1030, 64, 8)
     return _empty_list(answer, right, f"{right}: the last 6 samples go 1 per replica to replicas 0-5.",
-                       "The last step holds 1030 - 16 x 64 = 6 samples; fit gives each replica in turn ceil(6 / 8) = 1, "
-                       "starting at replica 0. Which replicas are left?")
+                       "How many samples does the last step hold, and how does fit deal them out to 8 replicas "
+                       "(section 1)?")
 
 
 def nb05_empty_replicas_b(answer: Any) -> Verdict:
@@ -56,10 +58,13 @@ def nb05_identical_copies(answer: Any) -> Verdict:
         written = re.fullmatch(r"\s*(?:(?:keras\.layers\.)?BatchNormalization\()?\s*(\w+)\s*=\s*True\s*\)?\s*",
                                answer.strip("'\""))
         answer = written.group(1) if written else answer
+    if isinstance(answer, str) and "sync" in answer.lower():     # 'synchronized batchnorm', 'SyncBatchNorm'
+        answer = "synchronized"
     choice = as_choice(answer, ("drop_remainder", "repeat", "pad", "synchronized"))
     return verdict(answer, choice == "synchronized",
                    "Synchronized BatchNormalization computes the statistics over the global batch, "
-                   "so every replica writes the same values.", "Which fix computes the statistics over the global batch instead of each replica's slice?",
+                   "so every replica writes the same values.", "Three of the fixes change the batches; which one changes how BatchNormalization computes its "
+                   "statistics?",
                    form=None if choice is not None else "Answer 'drop_remainder', 'repeat', 'pad' or 'synchronized'.")
 
 
@@ -70,6 +75,8 @@ def nb05_pad_samples(answer: Any) -> Verdict:
     hint = "Pad up to the next multiple of the global batch, not by a whole extra batch."
     if value == 1000 % 96:
         hint = f"{value} samples are what the last batch already has; how many more does it need to be full?"
+    elif value == 1000 + right:
+        hint = f"{value} is the padded size; how many samples were added to reach it?"
     return verdict(answer, value == right,
                    f"{right}: 1000 = 10 x 96 + 40, and the last batch needs 96 - 40 more samples.", hint,
                    form=None if value is not None else "Give a whole number of samples, e.g. 12.")

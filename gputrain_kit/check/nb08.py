@@ -50,19 +50,24 @@ def nb08_measured_peak(answer: Any, *, tolerance: float = 0.08) -> Verdict:
     levers: dict[str, Any] = {"optimizer": "sgd", "dtype_policy": "mixed_bfloat16", "accumulation_steps": 4}
     model = twin()                                      # built once: every estimate below reads its shapes
     mb = estimate_memory(model, batch_size=2048, **levers).peak / 1e6
+    said = f"{value:g} MB"
+    if value >= 1e5 and not isinstance(answer, str):    # no twin weighs 100 GB: bytes, as an estimate's .peak is
+        said, value = f"{value:g} bytes ({value / 1e6:g} MB)", value / 1e6
     slip = unit_slip(value, mb, "MB", tolerance)
     if slip:
         return verdict(answer, False, "", "", form=slip)
     if abs(value - mb) > tolerance * mb:
         side = "above" if value > mb else "below"       # which way, never the value: try again first
         gradients = estimate_memory(model, batch_size=2048).per_device[0]["gradients"] / 1e6
-        float32 = estimate_memory(model, batch_size=2048, optimizer="sgd", accumulation_steps=4).peak / 1e6
-        slips = {   # the likeliest single slips, each named by what was forgotten, never by the sum
+        two_of_three = [estimate_memory(model, batch_size=2048, **{k: v for k, v in levers.items() if k != left})
+                        .peak / 1e6 for left in levers]
+        slips = {   # the likeliest slips, named by what was done wrong, never by the sum
             mb - gradients: "Does an accumulator replace the step's gradients? It sits beside them: each step "
-                            "computes its gradients, then adds them into the accumulator.",
-            float32: "Which part does mixed precision shrink, and by how much?"}
+                            "computes its gradients, then adds them into the accumulator."}
+        slips.update({near: "That is about what two of the three levers give: which one did you leave out?"
+                      for near in two_of_three})
         slip_hint = next((text for near, text in slips.items() if abs(value - near) <= tolerance * near / 2), "")
-        return verdict(answer, False, "", f"Your {value:g} MB is more than {tolerance:.0%} {side} the estimate. "
+        return verdict(answer, False, "", f"Your {said} is more than {tolerance:.0%} {side} the estimate. "
                        + (slip_hint or "Start from the twin's four parts (section 1) and ask of each lever which "
                           "part it removes, adds or shrinks, and by how much (section 2's table)."))
     from ..measure import measure_memory
@@ -103,7 +108,7 @@ def nb08_devices_without_zero(answer: Any) -> Verdict:
     """The full model, Adam, float32, plain data parallelism (no ZeRO): the fewest devices whose 12 GB
     cards each hold their share, among the counts that divide the global batch (Keras 3's fit refuses an
     uneven first step: notebook 02)."""
-    value = as_int(answer, units=("device", "devices", "gpu", "gpus"))
+    value = as_int(answer, units=("device", "devices", "gpu", "gpus", "replica", "replicas", "card", "cards"))
     if value is None:
         return verdict(answer, False, "", "", form="Give a whole number of devices, such as 2.")
     from ..memory import estimate_memory, preset_profile

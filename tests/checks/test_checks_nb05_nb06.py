@@ -36,6 +36,11 @@ def test_nb05_empty_replicas_answers_match_the_planner():
     assert _says(check.nb05_empty_replicas_a([7, 8]), "Counted from 1?")
     assert not _says(check.nb05_empty_replicas_a([5, 6, 7]), "Counted from 1?")
     assert "[6, 7]" not in repr(check.nb05_empty_replicas_a([7, 8]))
+    # the split itself, given for the replicas (a reader's likeliest misreading), is told so
+    assert _says(check.nb05_empty_replicas_a([1, 1, 1, 1, 1, 1, 0, 0]), "the last step's split itself")
+    assert _says(check.nb05_pad_samples(1056), "1056 is the padded size")
+    assert "synchronized" not in repr(check.nb05_identical_copies("pad")).lower()     # the hint leaves the name out
+    assert check.nb05_identical_copies("SyncBatchNorm") and check.nb05_identical_copies("synchronized batchnorm")
 
 
 @pytest.mark.parametrize("answer", [56, 56.0, np.int64(56), np.float32(56), "56", " 56 "])

@@ -11,6 +11,7 @@ import pytest
 import gputrain_kit as kit
 from gputrain_kit import batchnorm
 from gputrain_kit.errors import error_summary
+from conftest import last_json, run_python
 
 
 FAMILIES = ("onednn", "eigen")
@@ -226,6 +227,10 @@ def test_run_cases_takes_your_own_model_and_data_under_both_families():
         assert "moving_mean" in empty.detail and "replica 3" in empty.detail
         assert m.outcome("users_dense", "as built", "drop_remainder", family).outcome == "healthy"
     assert "users_dense as built" in repr(m)
+    # the cut is said above the table (a reader read "483 of 483 rows NaN" as his own data size hitting the trap)
+    assert m.note.startswith("Your data: 500 samples, cut to 483 = 15 x 32 + 3, so that the last step splits")
+    assert "check_batch_plan(500, 32, 4)" in m.note and "under oneDNN and Eigen" in m.note
+    assert repr(m).startswith("Your data: 500 samples") and all(len(line) <= 100 for line in repr(m).splitlines())
 
 
 def test_start_cases_runs_a_model_that_compiles_itself():
@@ -243,8 +248,39 @@ def test_an_uncompiled_model_without_a_loss_is_named():
     import numpy as np
 
     x, y = np.zeros((40, 10), "float32"), np.zeros((40, 1), "float32")
-    with pytest.raises(RuntimeError, match="uncompiled model and no loss was given.*loss="):
+    # here TensorFlow's runtime has not started, so the case's own process finds it: its message, no traceback
+    with pytest.raises(ValueError, match="uncompiled model and no loss was given.*loss=") as caught:
         batchnorm.run_cases(["drop_remainder"], build=users_dense, data=(x, y), batch_size=8)
+    assert "Traceback" not in str(caught.value)
+
+
+def test_in_a_notebook_an_uncompiled_model_is_refused_before_any_case_starts():
+    """After setup() (a notebook), build() is tried here, without allocating weights: no process starts."""
+    proc = run_python("""
+        import json, sys
+        import numpy as np, gputrain_kit as kit
+        kit.setup(devices=4)
+        import gputrain_kit._children as children
+        children.run_jobs = None                      # a case that started would fail with a TypeError
+        sys.path.insert(0, "tests/claims")
+        from test_batchnorm import users_dense
+        x, y = np.zeros((40, 10), "float32"), np.zeros((40, 1), "float32")
+        try:
+            kit.batchnorm.run_cases(["drop_remainder"], build=users_dense, data=(x, y), batch_size=8)
+        except ValueError as err:
+            print(json.dumps({"error": str(err)}))
+    """)
+    assert "run_cases: users_dense() returns an uncompiled model and no loss was given" in last_json(proc)["error"]
+
+
+def test_your_batch_size_must_divide_over_the_four_replicas():
+    """A reader's batch_size=30 reached the cases and came back as 'your model did not train in any case' with
+    an AddN shape error: Keras 3's fit refuses an uneven first step (notebook 02), so it is refused at the call."""
+    import numpy as np
+
+    x, y = np.zeros((200, 10), "float32"), np.zeros((200, 1), "float32")
+    with pytest.raises(ValueError, match=r"run_cases: batch_size=30 does not divide over the 4 replicas.*28 or 32"):
+        batchnorm.run_cases(build=users_dense, data=(x, y), loss="mse", batch_size=30)
 
 
 def users_classifier():

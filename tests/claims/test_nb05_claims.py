@@ -30,6 +30,11 @@ def test_check_batch_plan_warns_only_when_a_replica_is_empty():
         warnings.simplefilter("error")
         check_batch_plan(1030, 64, 4, drop_remainder=True)
         check_batch_plan(1024, 64, 4)
+    # fewer samples than one step with drop_remainder (a small validation set): no step at all, said as such
+    # (it raised IndexError)
+    for via in ("dataset", "function"):
+        with pytest.warns(EmptyReplicaWarning, match="leaves no step at all: 60 samples do not fill one whole step"):
+            assert check_batch_plan(60, 64, 4, drop_remainder=True, via=via) == []
 
 
 def test_trap_drift_fixes_and_detection():
@@ -43,7 +48,9 @@ def test_trap_drift_fixes_and_detection():
         out = {}
         m, h = bntrap.train(s, None, callbacks=[keras.callbacks.TerminateOnNaN()])
         r = kit.replica_report(m, s)
-        x, _ = bntrap.trap_data()
+        out["default_strategy_same"] = kit.replica_report(m).poisoned == r.poisoned   # strategy read from the model
+        x, y = bntrap.trap_data()
+        out["evaluate_loss_nan"] = bool(np.isnan(m.evaluate(x, y, batch_size=64, verbose=0)[0]))   # it shows
         path = kit.save_verified(m, os.path.join(tempfile.mkdtemp(), "m.keras"), allow_nonfinite=True)  # post-mortem
         out["trap"] = {"loss": h.history["loss"][-1], "epochs": len(h.history["loss"]),
                        "replica0_clean": bool(np.isfinite(m.get_layer("bn").moving_mean.numpy()).all()),
@@ -71,6 +78,8 @@ def test_trap_drift_fixes_and_detection():
     """)
     out = last_json(proc)
     trap = out["trap"]
+    assert out["default_strategy_same"] is True
+    assert out["evaluate_loss_nan"] is True          # silent to the training loss, not to evaluate (a reader's catch)
     assert np.isfinite(trap["loss"]) and trap["epochs"] == 1                     # TerminateOnNaN never fired
     assert trap["replica0_clean"]                                               # moving_mean.numpy() looks clean
     assert [p[1] for p in trap["poisoned"]] == [3, 3]                           # only replica 3's copies...
@@ -101,13 +110,17 @@ def test_replica_report_table_and_heatmap_headless():
     image = fig.axes[0].images[0]
     assert image.get_array().mask.tolist() == [[False, True], [False, False]]   # the NaN cell is masked -> red
     assert tuple(float(v) for v in image.get_cmap().get_bad()[:3]) == (1.0, 0.0, 0.0)
+    # every copy but replica 0's NaN: no spread to speak of, said so (it printed "spread 0", which read as healthy)
+    all_nan = ReplicaReport(2, (VariableRow("bn/moving_mean", (True, False), (0.0, float("nan"))),))
+    assert "spread: none, no finite copy to compare" in repr(all_nan) and "spread 0" not in repr(all_nan)
 
 
 def test_split_explorer_headless():
     e = SplitExplorer()
     assert "step 17 gives replica 3 no data" in e.output.value and "f8d7da" in e.output.value
+    assert "Tick drop_remainder to see the fix" in e.output.value
     e.drop.value = True
-    assert "splits evenly" in e.output.value
+    assert "splits evenly" in e.output.value and "Tick drop_remainder" not in e.output.value
     e.drop.value = False
     e.n_samples.value = 1000
     e.global_batch.value = 96
@@ -120,11 +133,20 @@ def test_split_explorer_headless():
     f = SplitExplorer(n_samples=1040)
     assert "no data" not in f.output.value
     f.via.value = "function"
-    assert "step 17 gives replica 1 no data" in f.output.value
+    assert "step 17 gives replicas 1, 2 and 3 no data" in f.output.value
     f.global_batch.value = 66
     assert "needs global_batch divisible by replicas" in f.output.value
     with pytest.raises(ValueError, match="SplitExplorer: via must be one of"):
         SplitExplorer(via="fn")
+    # the largest dataset the explorer takes, at a global batch of 1 (100,000 steps), still answers at once
+    import time
+
+    g = SplitExplorer()
+    g.global_batch.value, g.replicas.value = 1, 1
+    begun = time.perf_counter()
+    g.n_samples.value = g.n_samples.max
+    assert g.n_samples.value == 100_000 and "100000 step(s) per epoch" in g.output.value
+    assert time.perf_counter() - begun < 1.0
 
 
 def test_nb05_exercise_checks():

@@ -47,3 +47,14 @@ def test_bench_keeps_the_hand_written_make_test_section():
     assert "## Unit tests" not in kept and "w" not in kept and kept[-1] == "|---|---|"
     assert bench._kept_sections("# Performance\n") == []
     assert "## `make test` on a fresh clone" in (ROOT / "docs" / "performance.md").read_text()
+
+
+def test_the_progress_gap_scales_with_the_floor_as_the_other_budgets_do():
+    """5 s without progress on a machine like the one the budgets were set on; on a slower machine (a 6.6 s floor)
+    every cell, the setup cell included, takes longer by the same factor, and so may the wait."""
+    import perf
+
+    assert perf.progress_gap_s(3.0) == perf.PROGRESS_GAP_S == 5.0
+    assert perf.progress_gap_s(None) == 5.0
+    slower = perf.progress_gap_s(2 * perf.REFERENCE_FLOOR_S)
+    assert abs(slower - 10.0) < 1e-9

@@ -406,6 +406,11 @@ def test_memory_figure_keeps_each_parts_colour_draws_parts_to_scale_and_no_zero_
     assert "optimizer" not in [t.get_text() for t in parts_ax.get_yticklabels()]
     assert "(0 bytes: optimizer)" in parts_ax.get_title()
     assert parts_ax.get_xscale() == "linear"
+    # a tiny model: the parts' axis in the unit of its largest part, the total written in it, never "0.00"
+    assert parts_ax.get_xlabel() in ("KB", "MB") and parts_ax.get_xlabel() == human_bytes(max(
+        p.get_width() for p in parts_ax.patches) * {"KB": 1e3, "MB": 1e6}[parts_ax.get_xlabel()]).split()[1]
+    assert [t.get_text() for t in plain.axes[0].texts] == [human_bytes(estimate_memory(
+        profile, batch_size=8, optimizer="sgd").per_device[0]["total"])]
     full = dense_stack_profile(8, 8192, head=16)
     by_part = memory_figure(estimate_memory(full, batch_size=32768, accumulation_steps=8), 12).axes[1]
     widths = {t.get_text(): p.get_width() for t, p in zip(by_part.get_yticklabels(), by_part.patches)}
@@ -424,3 +429,15 @@ def test_memory_explorer_folds_notebook_08s_levers_where_asked():
     assert not any(isinstance(c, widgets.Accordion) for c in MemoryExplorer().widget.children)
     with pytest.raises(TypeError, match="levers must be True or False"):
         MemoryExplorer(levers="no")
+
+
+def test_recomputation_never_estimates_more_than_keeping_every_output():
+    """A reader's conv net (large outputs first) got a higher estimate with remat=True than without; the kept
+    activations are at most all of them. The Dense stack's estimate (notebook 08) is unchanged by the cap."""
+    early_large = [LayerStat(f"l{i}", 10, 10, size) for i, size in enumerate([4096, 4096, 2048, 512, 64, 64, 10])]
+    plain = estimate_memory(early_large, batch_size=256, optimizer="sgd")
+    remat = estimate_memory(early_large, batch_size=256, optimizer="sgd", remat=True)
+    assert remat.per_device[0]["activations"] <= plain.per_device[0]["activations"]
+    full = dense_stack_profile(8, 8192, head=16)
+    kept = estimate_memory(full, batch_size=1, remat=True).per_device[0]["activations"] / 4   # float32 values
+    assert kept == 5 * 8192 + 16          # 2 checkpoints and the largest segment's 3 outputs, the head's
