@@ -206,8 +206,11 @@ class _UsersModel:
     def note(self, families: tuple[str, ...] | None) -> str:
         """What the matrix of this model says above its table: how the data was cut, and the kernels."""
         steps = (len(self.x) - (DEVICES - 1)) // self.batch_size
+        from .cpu_kernels import expected_family
+
         kernels = ("under " + " and ".join(FAMILY_NAMES.get(f, f) for f in families) + " kernels" if families else
-                   "under this process's CPU kernels (kernels=('onednn', 'eigen') runs both families)")
+                   f"under this process's CPU kernels, {FAMILY_NAMES[expected_family()]} (kernels=('onednn', 'eigen') "
+                   "runs both families)")
         return (f"Your data: {self.given} samples, cut to {len(self.x)} = {steps} x {self.batch_size} + "
                 f"{DEVICES - 1}, so that the last step splits [1, 1, 1, 0] (the trap, on purpose; whether your "
                 f"own data size hits it: check_batch_plan({self.given}, {self.batch_size}, {DEVICES})); {kernels}.")
@@ -320,7 +323,7 @@ def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes:
               timeout: float = 900, on_result: Callable[[CaseResult, int, int], None] | None = None,
               kernels: str | Iterable[str] | None = None, build: Callable[[], Any] | None = None,
               data: tuple[Any, Any] | None = None, batch_size: int = 64, loss: str | None = None,
-              _users: _UsersModel | None = None) -> Matrix:
+              _users: _UsersModel | None = None, _at_once: Callable[[], int] | None = None) -> Matrix:
     """Run BatchNorm cases, each a (model, bn, batching) from MODELS x BN_SETTINGS x BATCHINGS (default:
     DEFAULT_CASES), in up to ``processes`` child processes at a time (``_children/bn_case.py``; on Linux forked
     from one process per family that imported TensorFlow). ``on_result(result, done, total)`` is called as each
@@ -386,7 +389,8 @@ def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes:
             on_result(results[outcome.id], count, total)
 
     try:
-        outcomes = run_jobs("bn_case", jobs, processes=processes, timeout=timeout, on_result=done, func=func)
+        outcomes = run_jobs("bn_case", jobs, processes=_at_once or processes, timeout=timeout, on_result=done,
+                            func=func)
     finally:
         if extra:
             os.unlink(extra["data_path"])
@@ -417,16 +421,20 @@ class PendingCases(BackgroundRun):
     bar_label = "cases run"
 
     def __init__(self, cases: list[tuple[str, str, str]], epochs: int, processes: int, timeout: float,
-                 kernels: tuple[str, ...] | None = None, users: _UsersModel | None = None):
+                 kernels: tuple[str, ...] | None = None, users: _UsersModel | None = None, waiting: int = 0):
         batchings = [case[2] for case in cases] if users is not None else cases
+        self.processes = processes     # cases at a time while the notebook works
+        self._waiting = waiting        # ... and once it waits for them in result() (0: no change)
         super().__init__(lambda advance: run_cases(batchings, epochs=epochs, processes=processes, timeout=timeout,
-                                                   kernels=kernels, _users=users,
+                                                   kernels=kernels, _users=users, _at_once=lambda: self.processes,
                                                    on_result=lambda result, done, total: advance(done)),
                          len(cases) * len(kernels or ("",)))
-        self.processes = processes     # cases at a time
 
     def result(self, timeout: float | None = None) -> Matrix:
-        """Wait for every case (at most ``timeout`` seconds) and return the Matrix."""
+        """Wait for every case (at most ``timeout`` seconds) and return the Matrix. With the default
+        ``processes``, the cases still to run take every core from here: the notebook only waits now."""
+        if self._waiting > self.processes:
+            self.processes = self._waiting
         return super().result(timeout)
 
 
@@ -436,9 +444,9 @@ def start_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processe
                 loss: str | None = None) -> PendingCases:
     """Like ``run_cases`` (your own model too: ``build=``, ``data=``), but in the background: returns at once
     (arguments checked first), so a notebook can go on while the child processes train. ``processes=None``
-    (the default) runs as many cases at a time as there are cores less one (at least one): the notebook's
-    kernel keeps a core, so its own cells take the same time while the cases run (``processes=2`` on a
-    2-core machine finishes the cases sooner and slows the notebook meanwhile)."""
+    (the default) runs as many cases at a time as there are cores less one (2 on a 2-core machine:
+    ``processes.background_processes``): the notebook's kernel keeps a core while the cases run; once the
+    notebook waits for them (``result()``), they take every core. A number: that many, throughout."""
     from .processes import background_processes
 
     func = "start_cases"
@@ -450,6 +458,8 @@ def start_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processe
         users = _users_model(func, build, data, batch_size, loss)
     cases, epochs, at_once, kernels = _check(func, cases, epochs, 1 if processes is None else processes,
                                              kernels, users)
+    waiting = 0
     if processes is None:
-        at_once = background_processes(len(cases) * len(kernels or ("",)))
-    return PendingCases(cases, epochs, at_once, timeout, kernels, users)
+        total = len(cases) * len(kernels or ("",))
+        at_once, waiting = background_processes(total), background_processes(total, waiting=True)
+    return PendingCases(cases, epochs, at_once, timeout, kernels, users, waiting)

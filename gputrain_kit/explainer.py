@@ -53,7 +53,8 @@ _EMPTY_FIX = ("give every step a full global batch: `drop_remainder=True` on the
 _ENTRIES = (
     _Entry(Explanation(
         "empty-replica-conv",
-        "A replica got an empty batch (0 samples) and its convolution or BatchNorm gradient could not run on it.",
+        "A replica got an empty batch (0 samples) and a kernel of its step (a convolution's or BatchNorm's "
+        "gradient, or a matrix product after them) could not run on it.",
         "The last global batch did not give every replica a sample: MirroredStrategy hands each replica "
         "ceil(samples / replicas) in order, so 6 samples on 4 replicas are split [2, 2, 2, 0]; Conv2D and "
         "BatchNormalization then meet tensors of shape [0, ...]. Whether that crashes "
@@ -62,7 +63,8 @@ _ENTRIES = (
         "into BatchNorm's moving statistics.",
         _EMPTY_FIX, "notebook 05, sections 1 and 5"),
         (r"Unable to broadcast tensor of shape \[1,1,1,\d+\] to tensor of shape \[0,",
-         r"RsqrtGrad.*got 1 and \d+", r"Incompatible shapes: \[0,")),
+         r"RsqrtGrad.*got 1 and \d+", r"Incompatible shapes: \[0,",
+         r"Matrix size-incompatible: In\[0\]: \[0,")),      # conv net without BN, oneDNN: the Dense after it
     _Entry(Explanation(
         "collective-shape-mismatch",
         "The replicas sent tensors of different shapes into one collective (an operation every replica "

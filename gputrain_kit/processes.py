@@ -189,12 +189,17 @@ def run_child(code: str, *, env: Mapping[str, str | None] | None = None, timeout
     return result
 
 
-def background_processes(jobs: int) -> int:
-    """How many child processes background work may run at once: the cores this process may use, less one
-    left to the notebook's kernel, at least 1 and at most ``jobs``. On a 2-core machine that is one: the
-    kernel's own cells then run at the same speed whether or not the work is still going."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(jobs, cores - 1))
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def background_processes(jobs: int, *, waiting: bool = False) -> int:
+    """How many child processes background work may run at once, at most ``jobs``: while the notebook works,
+    the cores this process may use less one, left to its kernel, but 2 on a 2-core machine (notebook 05 there:
+    one case at a time sped the kernel's own cells little, its TensorFlow uses both cores anyway, and made the
+    whole notebook a third slower, 103 s against 76 s); once the notebook only waits (``waiting``), every core."""
+    cores = _cores()
+    return max(1, min(jobs, cores if waiting or cores <= 2 else cores - 1))
 
 
 class BackgroundRun:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from ._args import ArgumentTypeError, short, typed
 from ._lazy import lazy_attributes
-from .batching import plan_batches, plan_verdict, empty_slots
+from .batching import empty_slots, plan_batches, plan_verdict, split_batch
 
 __all__ = ["ReplicaReport", "replica_report", "ReplicaHealth", "ReplicaHealthError", "check_batch_plan",
            "EmptyReplicaWarning", "UnevenBatchWarning"]
@@ -100,6 +100,10 @@ def replica_report(model: Any, strategy: Any = None, variables: Sequence[Any] | 
         if strategy is None:
             raise ArgumentTypeError(f"{func}: {typed(model)} has no distribute_strategy to read; pass the strategy "
                                     "it was built under: replica_report(layer, strategy).")
+        if type(strategy).__name__ == "_DefaultDistributionStrategy":   # built outside any strategy's scope
+            raise ValueError(f"{func}: the model was built outside any strategy's scope, so each variable has one "
+                             "copy and there is nothing to compare. Build it inside `with strategy.scope():` "
+                             "(notebook 02), or pass the strategy you meant: replica_report(model, strategy).")
     _require_strategy(func, strategy)
     variables = list(model.weights if variables is None else variables)
     if not variables:
@@ -149,8 +153,16 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
     ``experimental_distribute_dataset``, ``"function"`` for ``distribute_datasets_from_function``.
     Returns the plan.
     """
+    via = "dataset" if via == "fit" else via          # plan_batches' alias: fit reads through the dataset path
     plan = plan_batches(n_samples, global_batch, replicas, drop_remainder, via=via, _caller="check_batch_plan")
-    if not plan:                         # drop_remainder on fewer samples than one batch: nothing trains at all
+    whole = [] if via != "dataset" else [i for i, size in enumerate(split_batch(global_batch, replicas)) if size == 0]
+    if plan and whole:                   # every full step leaves a replica empty: no batching fixes that
+        below = global_batch - global_batch % replicas
+        warnings.warn(plan_verdict(plan) + f" Fix: a global batch that is a multiple of the replica count ({below or replicas} "
+                      f"or {below + replicas}): a global batch of {global_batch} over {replicas} replicas leaves replica "
+                      f"{whole[0]} empty in every step, so drop_remainder, repeat() and padding cannot help.",
+                      EmptyReplicaWarning, stacklevel=2)
+    elif not plan:                         # drop_remainder on fewer samples than one batch: nothing trains at all
         warnings.warn(f"drop_remainder=True leaves no step at all: {n_samples} samples do not fill one whole step "
                       f"of {global_batch} over {replicas} replicas, so every replica gets nothing and training runs "
                       "no step. Use a smaller global batch, or drop_remainder=False.", EmptyReplicaWarning,

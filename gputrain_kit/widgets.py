@@ -88,10 +88,11 @@ def render_plan(plan: list[list[int]], max_groups: int = 6) -> str:
     rows = []
     for first, last, sizes in shown:
         label = f"step {first}" if first == last else f"steps {first}-{last}"
-        rows.append(f"<tr><td style='padding:2px 8px'>{label}</td>{cells(sizes)}</tr>")
-    header = "".join(f"<th style='padding:2px 8px'>replica {i}</th>" for i in range(len(plan[0]))) if plan else ""
-    return (f"<table><tr><th></th>{header}</tr>{''.join(rows)}</table>"
-            f"<p>{html.escape(plan_verdict(plan))}</p>")
+        rows.append(f"<tr><td style='padding:2px 8px;white-space:nowrap'>{label}</td>{cells(sizes)}</tr>")
+    header = "".join(f"<th style='padding:2px 8px;white-space:nowrap'>replica {i}</th>"
+                     for i in range(len(plan[0]))) if plan else ""
+    return (f"<div style='overflow-x:auto'><table><tr><th></th>{header}</tr>{''.join(rows)}</table></div>"
+            f"<p>{html.escape(plan_verdict(plan))}</p>")        # a wide table scrolls; the verdict wraps
 
 
 def render_rows(rows: list[dict[str, Any]]) -> str:
@@ -275,9 +276,20 @@ class SplitExplorer:
             return
         from .batching import empty_slots
 
-        tip = ("<p><i>Tick drop_remainder to see the fix: the step that leaves a replica empty is dropped.</i></p>"
-               if empty_slots(plan) and not self.drop.value else "")
-        self.output.value = f"<p>{len(plan)} step(s) per epoch.</p>" + render_plan(plan) + tip
+        tip = ""
+        if empty_slots(plan) and not self.drop.value:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ArgumentOrderWarning)
+                dropped = plan_batches(int(self.n_samples.value), int(self.global_batch.value),
+                                       int(self.replicas.value), True, via=self.via.value)
+            tip = ("<p><i>Tick drop_remainder to see the fix: the step that leaves a replica empty is dropped.</i></p>"
+                   if dropped and not empty_slots(dropped) else
+                   "<p><i>Every full step leaves a replica empty: drop_remainder cannot help; use a global batch that "
+                   "is a multiple of the replica count.</i></p>" if dropped else "")
+        clamped = ""
+        if int(self.n_samples.value) == self.n_samples.max:
+            clamped = f" (the explorer takes at most {self.n_samples.max:,} samples)"
+        self.output.value = f"<p>{len(plan)} step(s) per epoch{clamped}.</p>" + render_plan(plan) + tip
 
     def _ipython_display_(self) -> None:
         from IPython.display import display

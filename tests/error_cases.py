@@ -105,6 +105,8 @@ case("setup", "devices", "a second setup with another device count", "kit.setup(
 case("replica_report", "model", "a string as the model", "kit.replica_report('model', strategy)")
 case("replica_report", "strategy", "a string as the strategy", "kit.replica_report(mirrored, 'mirrored')")
 case("replica_report", "", "a model built outside strategy.scope()", "kit.replica_report(dense, strategy)")
+case("replica_report", "strategy", "no strategy, and a model built outside any strategy's scope",
+     "kit.replica_report(dense)")
 case("ReplicaHealth", "tolerance", "tolerance as a string", "kit.ReplicaHealth(tolerance='0.1')")
 case("ReplicaHealth", "tolerance", "a negative tolerance", "kit.ReplicaHealth(tolerance=-1)")
 case("ReplicaHealth", "strategy", "a string as the strategy", "kit.ReplicaHealth(strategy='mirrored')")

@@ -57,12 +57,13 @@ def _env_key(env: Mapping[str, str | None]) -> tuple:
     return tuple(sorted(env.items()))
 
 
-def run_jobs(task: str, jobs: Sequence[Job], *, processes: int = 2, timeout: float = 300,
+def run_jobs(task: str, jobs: Sequence[Job], *, processes: int | Callable[[], int] = 2, timeout: float = 300,
              on_result: Callable[[Outcome, int, int], None] | None = None, fork: bool | None = None,
              func: str = "run_jobs") -> dict[str, Outcome]:
     """Run every job of ``task`` (a module of this package) and return its Outcome by id, in ``jobs``' order.
 
-    At most ``processes`` jobs run at a time over all environments; a freed slot goes to a server already
+    At most ``processes`` jobs run at a time over all environments (a function: asked again at least every half
+    second, so that a caller can raise it while the jobs run); a freed slot goes to a server already
     running with jobs waiting, else to the environment with the most jobs waiting (one environment's jobs
     before the next's: one TensorFlow import at a time where it can). ``on_result(outcome, done, total)`` is called as each finishes, in the calling
     thread. After ``timeout`` seconds every server is killed and the jobs without a result get an error."""
@@ -108,7 +109,7 @@ def run_jobs(task: str, jobs: Sequence[Job], *, processes: int = 2, timeout: flo
         return server
 
     def feed() -> None:        # fill the free slots; close the input of servers with no more jobs
-        while sum(running.values()) < processes:
+        while sum(running.values()) < (processes() if callable(processes) else processes):
             open_keys = [k for k in groups if groups[k] and k not in ended]
             if not open_keys:
                 break
@@ -136,10 +137,14 @@ def run_jobs(task: str, jobs: Sequence[Job], *, processes: int = 2, timeout: flo
     timed_out = False
     try:
         feed()
-        while len(ended) < len(servers):
+        while len(ended) < len(servers) or any(groups[k] for k in groups if k not in ended):
+            left = deadline - time.monotonic()
             try:
-                key, raw = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                key, raw = lines.get(timeout=max(0.0, min(left, 0.5) if callable(processes) else left))
             except queue.Empty:
+                if time.monotonic() < deadline:      # a limit that may have risen: fill the new slots
+                    feed()
+                    continue
                 timed_out = True
                 break
             if raw is None:    # a server ended: its slots are free, its waiting jobs stay missing

@@ -41,6 +41,12 @@ def test_nb05_empty_replicas_answers_match_the_planner():
     assert _says(check.nb05_pad_samples(1056), "1056 is the padded size")
     assert "synchronized" not in repr(check.nb05_identical_copies("pad")).lower()     # the hint leaves the name out
     assert check.nb05_identical_copies("SyncBatchNorm") and check.nb05_identical_copies("synchronized batchnorm")
+    assert not check.nb05_identical_copies("not synchronized")
+    # the other input path's answer (section 1 and the explorer show both): told which path it belongs to
+    for ask, other in ((check.nb05_empty_replicas_a, [1, 2, 3, 4, 5, 6, 7]), (check.nb05_empty_replicas_b, [4, 5, 6, 7])):
+        assert _says(ask(other), "distribute_datasets_from_function")
+    assert "ceil" not in repr(check.nb05_empty_replicas_b([7]))          # the hint no longer is the computation
+    assert check.nb05_pad_samples("56 samples") and _says(check.nb05_pad_samples(57), "how many more")
 
 
 @pytest.mark.parametrize("answer", [56, 56.0, np.int64(56), np.float32(56), "56", " 56 "])
@@ -120,6 +126,6 @@ def test_nb05_a_fix_written_as_code_is_read_and_the_remainder_is_named():
         assert check.nb05_identical_copies(right), right
     wrong = check.nb05_identical_copies("drop_remainder=True")
     assert not wrong and repr(wrong).startswith("Not yet.")
-    assert repr(check.nb05_identical_copies("sync")).startswith("Not a form")
+    assert check.nb05_identical_copies("sync") and repr(check.nb05_identical_copies("batchnorm")).startswith("Not a form")
     remainder = check.nb05_pad_samples(40)
     assert not remainder and "what the last batch already has" in repr(remainder)

@@ -138,6 +138,13 @@ def test_split_explorer_headless():
     assert "needs global_batch divisible by replicas" in f.output.value
     with pytest.raises(ValueError, match="SplitExplorer: via must be one of"):
         SplitExplorer(via="fn")
+    # a global batch that does not fill the replicas leaves one empty in every step: drop_remainder is no fix there
+    h = SplitExplorer(global_batch=6)
+    assert "drop_remainder cannot help" in h.output.value and "Tick drop_remainder" not in h.output.value
+    with pytest.warns(EmptyReplicaWarning, match=r"Fix: a global batch that is a multiple of the replica count \(4 or 8\)"):
+        check_batch_plan(1030, 6, 4, drop_remainder=True)
+    with pytest.warns(EmptyReplicaWarning, match="drop_remainder=True on the global batch"):
+        check_batch_plan(1030, 64, 4, via="fit")          # fit is the dataset path, advice included
     # the largest dataset the explorer takes, at a global batch of 1 (100,000 steps), still answers at once
     import time
 

@@ -57,6 +57,17 @@ def test_one_environments_jobs_run_before_the_next_environments_server_starts(fa
     assert sorted(events) == sorted(["start a", "start b"] + [f"job {job.id}" for job in jobs])
 
 
+def test_a_limit_given_as_a_function_is_asked_again_while_the_jobs_run(fake_server):
+    """start_cases raises its limit once the notebook waits for the cases: run_jobs asks a callable limit again
+    even when no job is reporting. Here it starts at 0 (nothing may start) and rises after half a second."""
+    limit = {"now": 0}
+    threading.Timer(0.5, lambda: limit.update(now=2)).start()
+    begun = time.monotonic()
+    jobs = [Job(f"a{i}", env={"FAKE_ENV": "a"}) for i in range(3)]
+    results = runner.run_jobs("measure", jobs, processes=lambda: limit["now"], fork=False, timeout=60)
+    assert all(outcome.ok for outcome in results.values()) and time.monotonic() - begun >= 0.5
+
+
 def test_without_fork_every_job_still_gets_its_own_server(fake_server):
     jobs = [Job(f"a{i}", env={"FAKE_ENV": "a"}) for i in range(3)]
     results = runner.run_jobs("measure", jobs, processes=2, fork=False)
