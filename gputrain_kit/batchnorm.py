@@ -290,18 +290,10 @@ def _refuse_uncompiled(func: str, build: Any) -> None:
     """Without loss=, build() must compile its model: where this process's TensorFlow runtime has started (a
     notebook after ``setup``), build it here without allocating its weights and refuse an uncompiled one before
     any case starts (elsewhere each case's process says so)."""
-    from . import _tf
+    from .processes import built_here
 
-    if not _tf.devices_initialised():
-        return
-    import keras
-
-    try:
-        with keras.StatelessScope():
-            model = build()
-    except Exception:
-        return                               # each case's process reports build()'s own error
-    if isinstance(model, keras.Model) and not model.compiled:
+    model = built_here(build)
+    if model is not None and hasattr(model, "compiled") and not model.compiled:
         raise ValueError(f"{func}: {build.__name__}() returns an uncompiled model and no loss was given: compile "
                          "it inside build(), or pass loss=..., e.g. loss='sparse_categorical_crossentropy'.")
 

@@ -77,17 +77,13 @@ def _check_remat_model(func: str, build: Any) -> None:
     started (a notebook after ``setup``), build the model here, without allocating its weights
     (``keras.StatelessScope``), and refuse any other kind before a process starts. Elsewhere building it would
     start the runtime (``setup`` could not run after), so the measuring process checks it first thing."""
-    from . import _tf
+    from .processes import built_here
 
-    if not _tf.devices_initialised():
+    model = built_here(build)
+    if model is None:
         return
     import keras
 
-    try:
-        with keras.StatelessScope():
-            model = build()
-    except Exception:
-        return                               # the measuring process reports build()'s own error
     if isinstance(model, keras.Model) and not isinstance(model, keras.Sequential):
         raise ArgumentTypeError(f"{func}: remat=True rebuilds a keras.Sequential model in recomputed segments; "
                                 f"{build.__name__}() returns {short(model)}. Build it as keras.Sequential, or "

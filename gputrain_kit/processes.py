@@ -189,6 +189,23 @@ def run_child(code: str, *, env: Mapping[str, str | None] | None = None, timeout
     return result
 
 
+def built_here(build: Callable[[], Any]) -> Any:
+    """``build()``'s model, built in this process without allocating its weights (``keras.StatelessScope``), to
+    check it before any child process starts; None where TensorFlow's runtime has not started here (building
+    would start it, and ``setup`` could not run after) or where ``build()`` raises (the child reports that)."""
+    from . import _tf
+
+    if not _tf.devices_initialised():
+        return None
+    import keras
+
+    try:
+        with keras.StatelessScope():
+            return build()
+    except Exception:
+        return None
+
+
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
