@@ -16,6 +16,8 @@ Empty pieces are what poison or crash BatchNormalization in notebook 05.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ._args import require_bool, require_choice, require_int
 
 __all__ = ["plan_batches", "split_batch", "VIAS", "ArgumentOrderWarning"]
@@ -33,6 +35,11 @@ def split_batch(batch: int, replicas: int) -> list[int]:
     replicas = require_int("split_batch", "replicas", replicas, minimum=1)
     per_replica = -(-batch // replicas)  # ceil
     return [max(0, min(per_replica, batch - i * per_replica)) for i in range(replicas)]
+
+
+def input_path(func: str, via: Any) -> str:
+    """``via`` checked, with ``"fit"`` read as ``"dataset"``: fit feeds the replicas through that path."""
+    return "dataset" if via == "fit" else require_choice(func, "via", via, VIAS)
 
 
 def plan_batches(n_samples: int, global_batch: int, replicas: int,
@@ -56,7 +63,7 @@ def plan_batches(n_samples: int, global_batch: int, replicas: int,
     global_batch = require_int(func, "global_batch", global_batch, minimum=1)
     replicas = require_int(func, "replicas", replicas, minimum=1)
     drop_remainder = require_bool(func, "drop_remainder", drop_remainder)
-    via = "dataset" if via == "fit" else require_choice(func, "via", via, VIAS)     # "fit": the same path
+    via = input_path(func, via)
     if global_batch < replicas or global_batch > n_samples:
         import warnings
 

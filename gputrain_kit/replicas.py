@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from ._args import ArgumentTypeError, short, typed
 from ._lazy import lazy_attributes
-from .batching import empty_slots, plan_batches, plan_verdict, split_batch
+from .batching import empty_slots, input_path, plan_batches, plan_verdict, split_batch
 
 __all__ = ["ReplicaReport", "replica_report", "ReplicaHealth", "ReplicaHealthError", "check_batch_plan",
            "EmptyReplicaWarning", "UnevenBatchWarning"]
@@ -153,13 +153,14 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
     ``experimental_distribute_dataset``, ``"function"`` for ``distribute_datasets_from_function``.
     Returns the plan.
     """
-    via = "dataset" if via == "fit" else via          # plan_batches' alias: fit reads through the dataset path
+    via = input_path("check_batch_plan", via)
     plan = plan_batches(n_samples, global_batch, replicas, drop_remainder, via=via, _caller="check_batch_plan")
     whole = [] if via != "dataset" else [i for i, size in enumerate(split_batch(global_batch, replicas)) if size == 0]
     if plan and whole:                   # every full step leaves a replica empty: no batching fixes that
         below = global_batch - global_batch % replicas
-        warnings.warn(plan_verdict(plan) + f" Fix: a global batch that is a multiple of the replica count ({below or replicas} "
-                      f"or {below + replicas}): a global batch of {global_batch} over {replicas} replicas leaves replica "
+        choices = f"{below} or {below + replicas}" if below else f"{replicas} or {2 * replicas}"
+        warnings.warn(plan_verdict(plan) + f" Fix: a global batch that is a multiple of the replica count ({choices}"
+                      f"): a global batch of {global_batch} over {replicas} replicas leaves replica "
                       f"{whole[0]} empty in every step, so drop_remainder, repeat() and padding cannot help.",
                       EmptyReplicaWarning, stacklevel=2)
     elif not plan:                         # drop_remainder on fewer samples than one batch: nothing trains at all

@@ -143,6 +143,8 @@ def test_split_explorer_headless():
     assert "drop_remainder cannot help" in h.output.value and "Tick drop_remainder" not in h.output.value
     with pytest.warns(EmptyReplicaWarning, match=r"Fix: a global batch that is a multiple of the replica count \(4 or 8\)"):
         check_batch_plan(1030, 6, 4, drop_remainder=True)
+    with pytest.warns(EmptyReplicaWarning, match=r"multiple of the replica count \(4 or 8\)"):
+        check_batch_plan(1030, 3, 4)                      # below the replica count: not "(4 or 4)"
     with pytest.warns(EmptyReplicaWarning, match="drop_remainder=True on the global batch"):
         check_batch_plan(1030, 64, 4, via="fit")          # fit is the dataset path, advice included
     # the largest dataset the explorer takes, at a global batch of 1 (100,000 steps), still answers at once
