@@ -48,10 +48,28 @@ PRESETS = {
 
 @dataclass(frozen=True)
 class LayerStat:
+    """One layer's share of a training step, per sample (elements, not bytes; the dtype policy sizes them).
+
+    ``activations``: what the backward pass keeps of this layer at the compute precision (its outputs and what
+    its gradient needs inside it: a GELU's intermediates, a dropout mask, attention's query, key, value and
+    probabilities); ``float32_activations``: what it keeps in float32 whatever the policy (under a mixed policy
+    Keras computes attention's softmax, BatchNormalization and LayerNormalization in float32); ``temporary``: the
+    largest transient working set of its forward or backward step (gradients of its output and input, attention's
+    scores); ``casts``: trainable values a mixed policy copies to 16 bits every step (kernels of layers that
+    compute in 16 bits, kept for the backward pass); ``kind``: the layer class; ``approximate``: the planner only
+    approximates this kind of layer (an unknown layer, a recurrent one): measure it."""
+
     name: str
     params: int            # all variables (trainable and not)
     trainable: int
-    activations: int       # output elements per sample
+    activations: int       # kept elements per sample at the compute precision
+    float32_activations: int = 0
+    temporary: int = 0
+    casts: int = 0
+    kind: str = ""
+    approximate: bool = False
+    pinned: int = 0        # kept elements of layers pinned to float32 (dtype="float32" under a mixed policy)
+    scores: int = 0        # attention: heads x queries x keys, the tensors flash attention never materializes
 
 
 @dataclass(frozen=True)
@@ -88,28 +106,77 @@ class MemoryEstimate:
 
 
 def profile(model: Any, *, _caller: str = "profile") -> list[LayerStat]:
-    """Per-layer parameter counts and output sizes (per sample) of a built Keras model."""
-    import math
-
+    """What each layer of a built Keras model keeps for a training step, per sample (``LayerStat``), read from one
+    symbolic call (``layer_costs.trace_profile``: shapes only, nothing computed): functional, Sequential and
+    subclassed models alike (a subclassed model must have been called once, so that its input shape is known)."""
     import keras
 
     if not isinstance(model, keras.Model):
         raise ArgumentTypeError(
-            f"{_caller}: model must be a built Keras model or a profile (a list of LayerStat, e.g. "
-            f"kit.memory.preset_profile('inception_v3')), got {typed(model)}.")
+            f"{_caller}: model must be a built Keras model, a function that builds one, or a profile (a list of "
+            f"LayerStat, e.g. kit.memory.preset_profile('inception_v3')), got {typed(model)}.")
     if not model.built:
         raise ValueError(f"{_caller}: the model {model.name!r} is not built yet (it has no Input and was never "
                          "called), so its layers' output sizes are unknown. Start it with keras.Input(shape) or "
                          "call it once on a batch.")
-    stats = []
-    for layer in model.layers:
-        if isinstance(layer, keras.layers.InputLayer):
-            continue
-        outputs = keras.tree.flatten(layer.output)
-        per_sample = sum(math.prod(d for d in o.shape[1:] if d is not None) for o in outputs)
-        stats.append(LayerStat(layer.name, sum(math.prod(w.shape) for w in layer.weights),
-                               sum(math.prod(w.shape) for w in layer.trainable_weights), int(per_sample)))
-    return stats
+    from .layer_costs import trace_profile
+
+    return trace_profile(model, caller=_caller)
+
+
+def build_abstractly(func: str, build: Any, dtype_policy: str = "float32") -> Any:
+    """``build()``'s model with no weight allocated (``keras.StatelessScope``: every variable's shape, no value),
+    under ``dtype_policy``, so that planning a model of billions of parameters needs no memory for them."""
+    import keras
+
+    name = getattr(build, "__name__", "")
+    if name == "<lambda>" or not callable(build):
+        raise ArgumentTypeError(f"{func}: model must be a Keras model, a function defined with def that builds one, "
+                                f"or a profile; got {short(build)}.")
+    previous = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(dtype_policy)
+    try:
+        with keras.StatelessScope():
+            model = build()
+    except TypeError as err:
+        if "argument" in str(err):
+            raise ArgumentTypeError(f"{func}: {name}() must take no arguments and return a Keras model ({err}).") \
+                from None
+        raise
+    finally:
+        keras.config.set_dtype_policy(previous)
+    if not isinstance(model, keras.Model):
+        raise ArgumentTypeError(f"{func}: {name}() must return a Keras model, got {typed(model)}.")
+    return model
+
+
+def input_specs(model: Any, *, _caller: str = "input_specs") -> list[tuple[tuple[int, ...], str]]:
+    """(shape without the batch, dtype) of each of ``model``'s inputs: a functional or Sequential model's
+    ``inputs``; a subclassed model's first call (Keras records its input shapes when it builds; dtypes are
+    not recorded: token ids, int32, when the model's first layer is an Embedding, float32 otherwise)."""
+    import keras
+
+    try:
+        return [(tuple(int(d) for d in t.shape[1:]), str(t.dtype)) for t in keras.tree.flatten(model.inputs)]
+    except (AttributeError, TypeError, ValueError):
+        pass
+    shapes = getattr(model, "_build_shapes_dict", None) or {}
+    if not shapes:
+        raise ValueError(f"{_caller}: the model {model.name!r} ({type(model).__name__}) was never called, so its "
+                         "input shape is unknown. Call it once on a batch, e.g. model(np.zeros((1, 32))), or give "
+                         "it a keras.Input.")
+    first = next(iter(shapes.values()))
+    firsts = first if isinstance(first, list) and first and isinstance(first[0], (list, tuple)) else [first]
+    layers = [layer for layer in model._flatten_layers(include_self=False)]
+    dtype = "int32" if layers and isinstance(layers[0], keras.layers.Embedding) else "float32"
+    specs = []
+    for shape in firsts:
+        rest = tuple(shape)[1:]
+        if any(d is None for d in rest):
+            raise ValueError(f"{_caller}: the model {model.name!r} was built with an unknown dimension in "
+                             f"{tuple(shape)}; call it once on a real batch so every dimension is known.")
+        specs.append((tuple(int(d) for d in rest), dtype))
+    return specs
 
 
 def preset_profile(name: str) -> list[LayerStat]:
@@ -193,43 +260,78 @@ def remat_checkpoints(n_layers: int) -> list[int]:
     return [i for i in range(n_layers) if (i + 1) % size == 0 or i == n_layers - 1]
 
 
-def _kept_activations(stats: Sequence[LayerStat], remat: bool) -> int:
-    """Activation values per sample kept for the backward pass: all outputs, or with ``remat`` the
-    segment ends plus the largest segment, recomputed one segment at a time (at most all outputs)."""
+def _flash(stat: LayerStat) -> LayerStat:
+    """``stat`` with flash attention: no heads x queries x keys tensor is kept or materialized (dropout in the
+    attention stops Keras from using it: such a layer keeps its own)."""
+    import dataclasses
+
+    if not stat.scores or stat.kind not in ("MultiHeadAttention", "GroupQueryAttention"):
+        return stat
+    return dataclasses.replace(stat, activations=max(0, stat.activations - stat.scores),
+                               float32_activations=max(0, stat.float32_activations - stat.scores),
+                               temporary=max(0, stat.temporary - 2 * stat.scores))
+
+
+def _layer_bytes(stat: LayerStat, mixed: bool, act_bytes: int) -> int:
+    """Bytes per sample that ``stat``'s layer keeps for the backward pass under the policy."""
+    return (act_bytes * stat.activations + (4 * stat.float32_activations if mixed else 0)
+            + 4 * getattr(stat, "pinned", 0))
+
+
+def _kept_activations(stats: Sequence[LayerStat], remat: bool, mixed: bool = False, act_bytes: int = 1) -> int:
+    """Activation bytes per sample kept for the backward pass (``act_bytes=1``, ``mixed=False``: elements): all
+    layers', or with ``remat`` the segment ends plus the largest segment, recomputed one segment at a time (at
+    most all)."""
+    sizes = [_layer_bytes(s, mixed, act_bytes) for s in stats]
     if not remat or len(stats) < 3:
-        return sum(s.activations for s in stats)
+        return sum(sizes)
     ends = remat_checkpoints(len(stats))
     segments, start = [], 0
     for end in ends:
-        segments.append(sum(s.activations for s in stats[start:end + 1]))
+        segments.append(sum(sizes[start:end + 1]))
         start = end + 1
-    kept = sum(stats[i].activations for i in ends) + max(segments)
+    kept = sum(sizes[i] for i in ends) + max(segments)
     # never more than keeping every output: where the large outputs come first (a conv net's early layers),
     # checkpoints plus the largest segment can add up to more than the plain step keeps
-    return min(kept, sum(s.activations for s in stats))
+    return min(kept, sum(sizes))
 
 
-def _recurrent_note(model: Any) -> tuple[str, ...]:
-    """An assumption to add when the model has recurrent layers, whose per-step internals are not counted."""
-    if isinstance(model, (list, tuple)):
+def _temporary_bytes(stats: Sequence[LayerStat], mixed: bool, act_bytes: int) -> int:
+    """Bytes per sample of the largest transient working set of any one layer's step (attention's in float32)."""
+    return max((s.temporary * (4 if s.kind in ("MultiHeadAttention", "GroupQueryAttention") or not mixed
+                               else act_bytes) for s in stats), default=0)
+
+
+def _approximate_note(stats: Sequence[LayerStat]) -> tuple[str, ...]:
+    """An assumption naming the layers the planner only approximates (recurrent layers, kinds it has no rule for)."""
+    rough = [s for s in stats if s.approximate]
+    if not rough:
         return ()
-    import keras
-
-    names = [layer.name for layer in model._flatten_layers() if isinstance(layer, keras.layers.RNN)]
-    if not names:
-        return ()
-    return (f"recurrent layers ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}): the gates and states they "
-            "keep for every time step are not counted, so the real step needs more: measure_memory measures them",)
+    names = ", ".join(f"{s.name} ({s.kind})" if s.kind else s.name for s in rough[:3]) + (", ..." if len(rough) > 3
+                                                                                          else "")
+    return (f"approximated, measure it (measure_memory): {names}: what these layers keep inside for the backward "
+            "pass is a rule of thumb, not read from the layer",)
 
 
 def _optimizer_key(func: str, optimizer: Any, model: Any) -> str:
-    """A key of OPTIMIZER_SLOTS from a name, a Keras optimizer, or (None) the model's compiled optimizer."""
+    """A key of OPTIMIZER_SLOTS from a name (any case), a Keras optimizer or its class, or (None) the model's
+    compiled optimizer."""
     if optimizer is None:
         optimizer = getattr(model, "optimizer", None) or "adam"     # compiled: its optimizer; otherwise Adam
     if isinstance(optimizer, str):                                    # 'Adam' as Keras accepts it
-        lowered = optimizer.strip().lower()
+        lowered = optimizer.strip().lower().replace("_", "-")
         return str(require_choice(func, "optimizer", lowered if lowered in OPTIMIZER_SLOTS else optimizer,
                                   OPTIMIZER_SLOTS))
+    if isinstance(optimizer, type):                                  # keras.optimizers.Adam, the class itself
+        name = optimizer.__name__.lower()
+        if name in OPTIMIZER_SLOTS:
+            return name
+        if name == "sgd":
+            raise ValueError(f"{func}: optimizer=keras.optimizers.SGD (the class) does not say its momentum; pass "
+                             "'sgd' (no momentum), 'sgd-momentum', or an instance such as SGD(momentum=0.9).")
+        raise ValueError(f"{func}: optimizer {optimizer.__name__} (a class) is not one the estimate knows; pass one "
+                         f"of {list(OPTIMIZER_SLOTS)}, the name whose slots per parameter match yours "
+                         "(Adam-like: 2, RMSprop-like: 1).")
     inner = getattr(optimizer, "inner_optimizer", optimizer)         # a LossScaleOptimizer holds the real one
     name = type(inner).__name__.lower()
     if name == "sgd":
@@ -239,6 +341,30 @@ def _optimizer_key(func: str, optimizer: Any, model: Any) -> str:
     raise ValueError(f"{func}: optimizer {type(inner).__name__} is not one the estimate knows; pass one of "
                      f"{list(OPTIMIZER_SLOTS)} (by name or as a Keras optimizer), the name whose slots per "
                      "parameter match yours (Adam-like: 2, RMSprop-like: 1).")
+
+
+def _policy_key(func: str, policy: Any) -> str:
+    """A key of DTYPE_POLICIES from a name (any case, as Keras spells it) or a ``keras.DTypePolicy`` object."""
+    name = getattr(policy, "name", policy) if not isinstance(policy, str) else policy
+    if isinstance(name, str) and name.strip().lower() in DTYPE_POLICIES:
+        return name.strip().lower()
+    if isinstance(name, str) and name.strip().lower() in ("float16", "bfloat16", "half"):
+        raise ValueError(f"{func}: dtype_policy={short(name)} keeps the variables in 16 bits, which the planner does "
+                         "not model (training in pure 16 bits loses small updates); pass 'mixed_float16' or "
+                         "'mixed_bfloat16' (float32 variables, 16-bit compute), or 'float32'.")
+    return str(require_choice(func, "dtype_policy", policy, DTYPE_POLICIES))
+
+
+def _bytes_per_value(func: str, value: Any) -> int:
+    """Bytes of one variable value: 4 (float32), 2 or 8; a dtype name such as 'float16' is read as its size."""
+    sizes = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+    if isinstance(value, str) and value.strip().lower() in sizes:
+        return sizes[value.strip().lower()]
+    if isinstance(value, str):
+        raise ValueError(f"{func}: bytes_per_value must be a size in bytes (4 for float32), or one of "
+                         f"{list(sizes)}; got {short(value)}.")
+    return int(require_choice(func, "bytes_per_value", require_int(func, "bytes_per_value", value, minimum=1),
+                              (2, 4, 8)))
 
 
 def _strategy_and_devices(func: str, strategy: Any, devices: Any) -> tuple[str, Any]:
@@ -254,7 +380,8 @@ def _strategy_and_devices(func: str, strategy: Any, devices: Any) -> tuple[str, 
 
 def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strategy: Any = "single",
                     devices: int = 1, dtype_policy: str = "float32", remat: bool = False,
-                    accumulation_steps: int = 1, zero_stage: int = 0, bytes_per_value: int = 4) -> MemoryEstimate:
+                    accumulation_steps: int = 1, zero_stage: int = 0, bytes_per_value: int = 4,
+                    flash_attention: bool = False) -> MemoryEstimate:
     """Per-device bytes for parameters, gradients, optimizer slots, gradient accumulators and activations.
 
     ``model``: a built Keras model, or a profile (list of LayerStat, e.g. from ``preset_profile``).
@@ -284,7 +411,8 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
     strategy, devices = _strategy_and_devices(func, strategy, devices)
     strategy = require_choice(func, "strategy", strategy, ("single", "data", "split"))
     devices = require_int(func, "devices", devices, minimum=1)
-    dtype_policy = require_choice(func, "dtype_policy", dtype_policy, DTYPE_POLICIES)
+    dtype_policy = _policy_key(func, dtype_policy)
+    bytes_per_value = _bytes_per_value(func, bytes_per_value)
     remat = require_bool(func, "remat", remat)
     accumulation_steps = require_int(func, "accumulation_steps", accumulation_steps, minimum=1)
     if isinstance(zero_stage, bool):
@@ -296,12 +424,27 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
     if zero_stage and strategy != "data":
         raise ValueError(f"{func}: zero_stage={zero_stage} shards data-parallel state over the devices; it needs "
                          f"strategy='data', got strategy={short(strategy)}.")
+    if batch_size % accumulation_steps and accumulation_steps <= batch_size:
+        raise ValueError(f"{func}: batch_size={batch_size} is not divisible by accumulation_steps="
+                         f"{accumulation_steps}; every step must get the same number of samples (measure_memory "
+                         f"refuses it too). Use a divisor of {batch_size}, e.g. accumulation_steps="
+                         f"{max(k for k in range(1, accumulation_steps + 1) if batch_size % k == 0)}.")
     if accumulation_steps > batch_size:
         raise ValueError(f"{func}: accumulation_steps={accumulation_steps} is more than the batch "
                          f"({batch_size}): each step needs at least one sample. Use at most {batch_size}.")
-    stats = list(model) if isinstance(model, (list, tuple)) else profile(model, _caller=func)
+    if isinstance(model, (list, tuple)):
+        stats = list(model)
+    elif callable(model) and not hasattr(model, "weights"):
+        stats = profile(build_abstractly(func, model, dtype_policy), _caller=func)
+    else:
+        stats = profile(model, _caller=func)
+    flash_attention = require_bool(func, "flash_attention", flash_attention)
+    scores = sum(s.scores for s in stats if s.kind in ("MultiHeadAttention", "GroupQueryAttention"))
+    if flash_attention:
+        stats = [_flash(s) for s in stats]
     b, slots = bytes_per_value, OPTIMIZER_SLOTS[optimizer]
     act_bytes = min(b, DTYPE_POLICIES[dtype_policy])
+    mixed = dtype_policy != "float32"
     share = {name: (devices if zero_stage >= stage else 1)
              for name, stage in (("optimizer", 1), ("gradients", 2), ("parameters", 3))}
 
@@ -312,7 +455,9 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
              "gradients": -(-b * trainable // share["gradients"]),
              "optimizer": -(-b * slots * trainable // share["optimizer"]),
              "accumulators": -(-b * trainable // share["gradients"]) if accumulation_steps > 1 else 0,
-             "activations": act_bytes * per_step * _kept_activations(layers, remat)}
+             "activations": per_step * _kept_activations(layers, remat, mixed, act_bytes),
+             "temporaries": per_step * _temporary_bytes(layers, mixed, act_bytes)
+             + (2 * sum(s.casts for s in layers) if mixed else 0)}
         d["total"] = sum(d.values())
         return d
 
@@ -322,6 +467,15 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
                       for group in split_layers(stats, devices, costs, _caller="estimate_memory")]
     else:
         shares = [-(-batch_size // devices)] * devices if strategy == "data" else [batch_size]
+        per_step_batch = batch_size // accumulation_steps
+        if strategy == "data" and per_step_batch < devices:
+            import warnings
+
+            empty = devices - per_step_batch
+            warnings.warn(f"{func}: a step of {per_step_batch} sample(s) on devices={devices} leaves {empty} replica(s) "
+                          "with no sample in every step (notebook 05's trap: BatchNormalization's statistics turn "
+                          f"NaN there). Use a global batch of at least {devices}, a multiple of it.", UserWarning,
+                          stacklevel=2)
         per_device = [usage(stats, s) for s in shares]
     levers = []
     if dtype_policy != "float32":
@@ -335,6 +489,15 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
         levers.append(f"gradient accumulation: {accumulation_steps} steps of {-(-batch_size // accumulation_steps)} "
                       "samples (global), one float32 accumulator per trainable parameter, one update per "
                       f"{accumulation_steps} steps")
+    if flash_attention:
+        levers.append("flash attention: no heads x queries x keys tensor kept (keras.config.enable_flash_attention(); "
+                      "JAX or PyTorch on a GPU with 16-bit inputs; Keras's TensorFlow backend has none)")
+    elif scores and any(s.scores for s in stats):
+        per = (2 + (4 if mixed else 0) if mixed else 4) * scores * (-(-batch_size // (devices if strategy == "data"
+                                                                                       else 1)))
+        levers.append(f"attention keeps {human_bytes(per)} of heads x queries x keys probabilities per device: flash "
+                      "attention (estimate_memory(..., flash_attention=True); JAX or PyTorch on a GPU, 16-bit inputs) "
+                      "keeps none")
     if zero_stage:
         levers.append(f"ZeRO stage {zero_stage} ({ZERO_STAGES[zero_stage]}) over {devices} devices: a model of "
                       "DeepSpeed / PyTorch FSDP / keras.distribution on JAX, not something TensorFlow does; "
@@ -342,13 +505,17 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
                          if zero_stage == 3 else "a reduce-scatter and an all-gather instead of one all-reduce"))
     assumptions = (
         f"{b}-byte variables (float32); {slots} optimizer slot(s) per trainable parameter ({optimizer})",
-        "activations = every layer's output, as if all were kept for backprop; left out: CUDA context, "
-        "cuDNN workspace, backward and update temporaries, optimizer scalars: an estimate, not a bound",
+        "activations = what each layer keeps for the backward pass (outputs, attention's probabilities, dropout "
+        "masks, activation and normalization intermediates: kit.memory.profile lists them); temporaries = the "
+        "largest layer's transient working set, the batch and the loss" + (", and the 16-bit kernel copies"
+                                                                           if mixed else "")
+        + "; left out: CUDA context, cuDNN workspace, optimizer scalars and update temporaries: an estimate, not "
+        "a bound (docs/memory.md: within 1.5x of the allocator on the model families measured)",
         "data parallel: every device holds the whole model, its gradients and slots; batch split ceil(b/n)"
         if strategy == "data" else
         "split: consecutive layers per device, balanced by memory; each keeps its activations for the whole batch"
         if strategy == "split" else "single device: everything in one place",
-    ) + tuple(levers) + _recurrent_note(model)
+    ) + tuple(levers) + _approximate_note(stats)
     return MemoryEstimate(strategy, devices, batch_size, optimizer, tuple(per_device), assumptions)
 
 
@@ -428,6 +595,9 @@ def _require_capacity(func: str, capacity_gb: Any) -> float:
     if isinstance(capacity_gb, bool) or not isinstance(capacity_gb, numbers.Real) or not float(capacity_gb) > 0:
         raise ArgumentTypeError(f"{func}: capacity_gb must be the card's memory in GB, a positive number such as "
                                 f"12, got {short(capacity_gb)} ({type(capacity_gb).__name__}).")
+    if 1024 <= float(capacity_gb) < 1e5:   # no card holds a terabyte: MB or MiB, e.g. 24 * 1024
+        raise ValueError(f"{func}: capacity_gb is in GB, got {float(capacity_gb):g}, which reads as MB or MiB "
+                         f"({float(capacity_gb) / 1024:g} GB); pass {float(capacity_gb) / 1024:g}.")
     if float(capacity_gb) >= 1e5:        # no card holds 100 TB: bytes, as an estimate's .peak is
         raise ValueError(f"{func}: capacity_gb is in GB, got {float(capacity_gb):g}, which reads as bytes "
                          f"({float(capacity_gb) / 1e9:g} GB); pass {float(capacity_gb) / 1e9:g}.")
@@ -443,7 +613,7 @@ def memory_verdict(estimate: Any, capacity_gb: float) -> str:
     capacity_gb = _require_capacity("memory_verdict", capacity_gb)
     fullest = max(estimate.per_device, key=lambda d: d["total"])
     state = fullest["parameters"] + fullest["gradients"] + fullest["optimizer"] + fullest.get("accumulators", 0)
-    activations = fullest["activations"]
+    activations = fullest["activations"] + fullest.get("temporaries", 0)
     if min(state, activations) >= 0.9 * max(state, activations):
         what = "model state and activations about equally"
     else:
@@ -459,4 +629,10 @@ def memory_verdict(estimate: Any, capacity_gb: float) -> str:
         fits = "fits, but tight (within 15% of the card, which a real step's extras can fill)"
     else:
         fits = "fits"
-    return f"fullest device needs {human_bytes(estimate.peak)} of a {capacity_gb:g} GB card: {fits}; {what}."
+    rough = [a.split(":", 1)[1].split(": what")[0].strip() for a in estimate.assumptions
+             if a.startswith("approximated, measure it")]
+    flash = [a for a in estimate.assumptions if a.startswith("attention keeps")]
+    return (f"fullest device needs {human_bytes(estimate.peak)} of a {capacity_gb:g} GB card: {fits}; {what}."
+            + (f" Approximated: {rough[0]}: measure it (kit.measure_memory)." if rough else "")
+            + (f" Lever: flash attention ({flash[0].split(' of ')[0].replace('attention keeps ', '')} of attention "
+               "probabilities it never keeps)." if flash and estimate.peak > TIGHT_SHARE * capacity_gb * 1e9 else ""))

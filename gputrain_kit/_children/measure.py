@@ -19,19 +19,32 @@ def prepare() -> None:
 
 
 def sample_batch(model: Any, n: int) -> tuple[Any, Any]:
-    """``n`` seeded samples for ``model``'s input and zeros for its output. Integer inputs (token ids for an
-    Embedding) get ids below the smallest vocabulary, not random floats."""
+    """``n`` seeded samples for each of ``model``'s inputs and zeros for its output. Integer inputs (token ids for
+    an Embedding) get ids below the smallest vocabulary, not random floats. Functional and Sequential models give
+    their inputs; a subclassed model the shapes of its first call (``memory.input_specs``)."""
     import keras
     import tensorflow as tf
 
-    shape = (n, *tuple(model.inputs[0].shape[1:]))
-    if "int" in str(model.inputs[0].dtype):
-        vocabulary = min((layer.input_dim for layer in model._flatten_layers()
-                          if isinstance(layer, keras.layers.Embedding)), default=2)
-        x = tf.random.stateless_uniform(shape, seed=(1, 2), maxval=vocabulary, dtype=tf.int32)
-    else:
-        x = tf.random.stateless_normal(shape, seed=(1, 2))
-    return x, tf.zeros((n, *tuple(model.outputs[0].shape[1:])))
+    from gputrain_kit.memory import input_specs
+
+    specs = input_specs(model)
+    vocabulary = min((layer.input_dim for layer in model._flatten_layers()
+                      if isinstance(layer, keras.layers.Embedding)), default=2)
+    xs = []
+    for number, (shape, dtype) in enumerate(specs):
+        full = (n, *shape)
+        if "int" in dtype:
+            xs.append(tf.random.stateless_uniform(full, seed=(1, 2 + number), maxval=vocabulary, dtype=tf.int32))
+        else:
+            xs.append(tf.random.stateless_normal(full, seed=(1, 2 + number)))
+    x = xs[0] if len(xs) == 1 else xs
+    try:
+        out_shape = tuple(keras.tree.flatten(model.outputs)[0].shape[1:])
+    except AttributeError:                                          # a subclassed model: its output for these inputs, traced
+        out_shape = tuple(model.compute_output_spec(
+            [keras.KerasTensor((n, *s), dtype=d) for s, d in specs] if len(specs) > 1
+            else keras.KerasTensor((n, *specs[0][0]), dtype=specs[0][1])).shape[1:])
+    return x, tf.zeros((n, *out_shape))
 
 
 def run(config: dict[str, Any], build_source: str, build_name: str) -> dict[str, Any]:
@@ -68,7 +81,7 @@ def run(config: dict[str, Any], build_source: str, build_name: str) -> dict[str,
 
     def held_between_steps(x: Any, y: Any, steps: int) -> tuple[list[int], int]:
         # The most the allocator holds between two training steps, the batch itself taken off.
-        data = int(x.shape.num_elements() * x.dtype.size + y.shape.num_elements() * y.dtype.size)
+        data = int(sum(t.shape.num_elements() * t.dtype.size for t in tf.nest.flatten((x, y))))
         held, peaks = [], []
         for _ in range(steps):
             tf.config.experimental.reset_memory_stats(device)
