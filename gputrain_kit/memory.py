@@ -25,6 +25,7 @@ for the whole batch).
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Sequence
@@ -121,7 +122,15 @@ def profile(model: Any, *, _caller: str = "profile") -> list[LayerStat]:
                          "call it once on a batch.")
     from .layer_costs import trace_profile
 
-    return trace_profile(model, caller=_caller)
+    key = (len(model.weights), keras.config.dtype_policy().name)
+    cached = _PROFILES.get(model)
+    if cached is None or cached[0] != key:          # traced once per model (a widget asks at every change)
+        cached = (key, trace_profile(model, caller=_caller))
+        _PROFILES[model] = cached
+    return list(cached[1])
+
+
+_PROFILES: "weakref.WeakKeyDictionary[Any, tuple[Any, list[LayerStat]]]" = weakref.WeakKeyDictionary()
 
 
 def build_abstractly(func: str, build: Any, dtype_policy: str = "float32") -> Any:
@@ -234,15 +243,27 @@ def split_layers(stats: Sequence[LayerStat], devices: int, costs: Sequence[float
     return groups
 
 
-def dense_stack_profile(layers: int, width: int, head: int | None = None) -> list[LayerStat]:
-    """The profile of ``layers`` Dense(width) layers on width inputs, and a Dense(head) output layer if
-    ``head`` is given, without building anything (so without allocating a byte of the model)."""
+def dense_stack_profile(layers: int, width: int, head: int | None = None, *,
+                        input_width: int | None = None) -> list[LayerStat]:
+    """The profile of ``layers`` Dense(width, relu) layers on ``input_width`` inputs (default: ``width``), and a
+    Dense(head) output layer if ``head`` is given, by the rules ``profile`` reads a built model with
+    (``layer_costs``), without building anything (so without allocating a byte of the model)."""
     layers = require_int("dense_stack_profile", "layers", layers, minimum=1)
     width = require_int("dense_stack_profile", "width", width, minimum=1)
-    stats = [LayerStat(f"dense_{i}", width * width + width, width * width + width, width) for i in range(layers)]
+    inputs = width if input_width is None else require_int("dense_stack_profile", "input_width", input_width,
+                                                           minimum=1)
+    stats, previous = [], inputs
+    for i in range(layers):
+        size = previous * width + width
+        stats.append(LayerStat(f"dense_{i}", size, size, width, temporary=width + previous, casts=size, kind="Dense"))
+        previous = width
+    out = width
     if head is not None:
         head = require_int("dense_stack_profile", "head", head, minimum=1)
-        stats.append(LayerStat(f"dense_{layers}", width * head + head, width * head + head, head))
+        size = width * head + head
+        stats.append(LayerStat(f"dense_{layers}", size, size, head, temporary=head + width, casts=size, kind="Dense"))
+        out = head
+    stats.append(LayerStat("loss and batch", 0, 0, 0, kind="loss", pinned=3 * out + inputs))
     return stats
 
 
