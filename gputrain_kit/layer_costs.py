@@ -186,8 +186,11 @@ def trace_profile(model: Any, *, caller: str = "profile") -> list[Any]:
     tensors = [keras.KerasTensor((1, *shape), dtype=dtype) for shape, dtype in specs]
     keras.layers.Layer.__call__ = recording
     try:
-        result = keras_backend.compute_output_spec(lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=True),
-                                          *tensors)
+        # an outer scope that never initializes: Keras's own tracing scope would give every variable built without
+        # a value (memory.build_abstractly) its value on the way out
+        with keras.StatelessScope(initialize_variables=False):
+            result = keras_backend.compute_output_spec(
+                lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=True), *tensors)
     finally:
         keras.layers.Layer.__call__ = original
     # leaves: ruled layers, and layers that called no other layer (composites are read through their parts)

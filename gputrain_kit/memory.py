@@ -145,7 +145,7 @@ def build_abstractly(func: str, build: Any, dtype_policy: str = "float32") -> An
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(dtype_policy)
     try:
-        with keras.StatelessScope():
+        with keras.StatelessScope(initialize_variables=False):      # shapes only: no variable gets a value
             model = build()
     except TypeError as err:
         if "argument" in str(err):
@@ -483,9 +483,12 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
         return d
 
     if strategy == "split":
-        costs = [usage([s], batch_size)["total"] for s in stats]          # balance by memory, not params
-        per_device = [usage([stats[i] for i in group], batch_size)
-                      for group in split_layers(stats, devices, costs, _caller="estimate_memory")]
+        tail = [s for s in stats if s.kind == "loss"]                     # the batch and the loss: the last device's
+        layers = [s for s in stats if s.kind != "loss"]
+        costs = [usage([s], batch_size)["total"] for s in layers]         # balance by memory, not params
+        groups = split_layers(layers, devices, costs, _caller="estimate_memory")
+        per_device = [usage([layers[i] for i in group] + (tail if number == len(groups) - 1 else []), batch_size)
+                      for number, group in enumerate(groups)]
     else:
         shares = [-(-batch_size // devices)] * devices if strategy == "data" else [batch_size]
         per_step_batch = batch_size // accumulation_steps

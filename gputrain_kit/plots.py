@@ -8,6 +8,10 @@ from .memory import TIGHT_SHARE, human_bytes  # noqa: F401  (human_bytes: also p
 __all__ = ["scaling_figure", "memory_figure", "scaling_curve_figure", "sweep_figure", "replica_heatmap",
            "activity_figure", "activity_comparison", "KINDS"]
 
+#: The card's line in the memory figure, and the accumulators' bars (cyan: far from the line's red in any eye).
+CARD_COLOUR = "red"
+ACCUMULATOR_COLOUR = "tab:cyan"
+
 #: What a bar of a device-activity timeline shows (``DeviceActivity.bars``), in the legend's order.
 KINDS = ("forward", "backward", "gradient reduction", "update", "input pipeline")
 
@@ -61,9 +65,13 @@ def memory_figure(estimate: Any, capacity_gb: float):
     scale, so that the largest part looks largest; each bar is labelled with its size, a sliver included."""
     import matplotlib.pyplot as plt
 
-    every: tuple[str, ...] = ("parameters", "gradients", "optimizer", "accumulators", "activations")
+    every: tuple[str, ...] = ("parameters", "gradients", "optimizer", "accumulators", "activations", "temporaries")
     colour_of = dict(zip(every, plt.rcParams["axes.prop_cycle"].by_key()["color"]))   # one colour per part, always
-    parts = tuple(p for p in every if p != "accumulators" or any(d.get(p) for d in estimate.per_device))
+    colour_of["temporaries"] = "tab:olive"          # the cycle's sixth (brown) beside activations' purple: apart
+    # accumulators: not the cycle's fourth colour (red), which read as the card's red line; the other parts keep theirs
+    colour_of["accumulators"] = ACCUMULATOR_COLOUR
+    parts = tuple(p for p in every if p not in ("accumulators", "temporaries")
+                  or any(d.get(p) for d in estimate.per_device))       # a stored profile may have no temporaries
     # Fixed margins, not a layout engine: MemoryExplorer redraws this on every change, and constrained layout
     # costs an extra pass over every artist per draw (the widget's update took 0.6-0.7 s on a Zen 3).
     fig, (ax, parts_ax) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={
@@ -80,8 +88,8 @@ def memory_figure(estimate: Any, capacity_gb: float):
         y = max(total, capacity_gb) + 0.01 * top if abs(total - capacity_gb) < 0.06 * top else total
         ax.annotate(f"{total:.2f}" if total >= 0.01 else human_bytes(total * 1e9), (x, y), ha="center",
                     va="bottom", fontsize=8)            # a small model's total in the unit that reads, not "0.00"
-    ax.axhline(capacity_gb, color="red", linestyle="--", label=f"{capacity_gb:g} GB card")
-    ax.axhline(TIGHT_SHARE * capacity_gb, color="red", linestyle=":", alpha=0.5,
+    ax.axhline(capacity_gb, color=CARD_COLOUR, linestyle="--", label=f"{capacity_gb:g} GB card")
+    ax.axhline(TIGHT_SHARE * capacity_gb, color=CARD_COLOUR, linestyle=":", alpha=0.5,
                label=f"{TIGHT_SHARE:.0%} of it: tight above")
     ax.set(xticks=xs, xticklabels=[str(i) for i in xs], xlabel="device", ylabel="GB",   # 8 labels fit
            ylim=(0, top),

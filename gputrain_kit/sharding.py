@@ -8,6 +8,12 @@ the variable's whole path: a Sequential model's paths start with its name (``"ml
 Sequential's variable is ``"d1/kernel"`` too. A key that matches nothing is
 not an error to Keras: the variables stay replicated on every device, and training runs as before, with no
 memory saved. ``check_layout_map`` makes that an error, before training.
+
+Two more silent or cryptic states, each refused here in words: a model built in ``distribution.scope()`` but
+used outside it (Keras then has no distribution, ``keras.distribution.distribution()`` is None, and ``fit``
+runs without cutting the batch, without a word: ``check_distributed``), and a model whose variables Keras
+lost when a ``fit`` or ``evaluate`` failed at its first step, e.g. on a batch the mesh cannot divide (every
+later use raises ``TypeError: 'NoneType' object is not callable``: every helper here says "rebuild it").
 """
 from __future__ import annotations
 
@@ -18,38 +24,84 @@ from typing import Any, Mapping
 
 from ._args import ArgumentTypeError, short
 
-__all__ = ["LayoutError", "bytes_per_device", "variable_layouts", "check_layout_map", "expected_bytes_per_device",
-           "ShardingReport", "mesh_bytes", "MESHES_8"]
+__all__ = ["LayoutError", "bytes_per_device", "variable_layouts", "check_layout_map", "check_distributed",
+           "expected_bytes_per_device", "ShardingReport", "mesh_bytes", "MESHES_8"]
 
 
 class LayoutError(ValueError):
     """A LayoutMap key matches none of the model's variables: what it meant to shard stays replicated."""
 
 
-def _jax_model(func: str, model: Any) -> list[Any]:
+def _require_model(func: str, model: Any) -> None:
     import keras
 
     if not isinstance(model, keras.Model):
         raise ArgumentTypeError(f"{func}: model must be a Keras model, got {short(model)}.")
+
+
+def _lost(variables: list[Any]) -> list[str]:
+    """Paths of the variables whose value Keras dropped and never gave back. Keras on JAX detaches every value
+    at a step's start (``_purge_model_variables``) and reattaches them after it; when the first step of a
+    ``fit`` or ``evaluate`` raises (a batch the mesh cannot divide, a wrong label shape), nothing is
+    reattached: the value is None and, the variable being initialised long ago, so is its initializer, which
+    is what ``TypeError: 'NoneType' object is not callable`` at every later use means."""
+    return [v.path for v in variables
+            if getattr(v, "_value", 0) is None and getattr(v, "_initializer", 0) is None]
+
+
+def _usable(func: str, model: Any) -> None:
+    """Refuse a model whose variables were lost in a failed step (on JAX), saying to rebuild it."""
+    import keras
+
+    if keras.backend.backend() != "jax":
+        return
+    lost = _lost(list(model.weights))
+    if lost:
+        raise ValueError(
+            f"{func}: model {model.name} is unusable after a failed fit: its variables are gone ({len(lost)} of "
+            f"{len(model.weights)}, e.g. {lost[0]!r}). Keras on JAX detaches them during a step and gives them back "
+            "only after one succeeds: a fit or evaluate whose first step failed (e.g. on a batch the mesh cannot "
+            "divide) loses them, and every use raises TypeError: 'NoneType' object is not callable, save included. "
+            "Fix: rebuild it (build, compile and fit it again inside distribution.scope()), with a batch that "
+            "divides.")
+
+
+def _jax_model(func: str, model: Any) -> list[Any]:
+    import keras
+
+    _require_model(func, model)
     if keras.backend.backend() != "jax":
         raise ValueError(f"{func}: this reads JAX arrays; Keras runs the {keras.backend.backend()} backend here. "
                          "Run kit.setup(devices=8, backend='jax') first in a fresh kernel (notebook 09).")
     if not model.weights:
         raise ValueError(f"{func}: the model has no variables yet; build it (call it once, or give it an Input).")
+    _usable(func, model)
     return list(model.weights)
 
 
 def bytes_per_device(model: Any, include_optimizer: bool = False) -> dict[str, int]:
     """Bytes of the model's variables each device holds, read from every array's shards (``addressable_shards``):
     a replicated variable counts in full on every device, a sharded one only its slice. ``include_optimizer``:
-    the optimizer's variables too (its slots, once it has been built by ``fit``)."""
+    the optimizer's variables too (its slots, once it has been built by ``fit``). It measures where the arrays
+    are, so it works outside ``distribution.scope()`` too (``check_distributed`` says whether ``fit`` may run
+    here)."""
     from ._args import require_bool
 
-    variables = _jax_model("bytes_per_device", model)
-    if require_bool("bytes_per_device", "include_optimizer", include_optimizer):
-        if model.optimizer is None or not model.optimizer.variables:
-            raise ValueError("bytes_per_device: include_optimizer=True needs a compiled model whose optimizer has "
-                             "been built (after fit, or optimizer.build(model.trainable_variables)).")
+    func = "bytes_per_device"
+    _require_model(func, model)
+    if require_bool(func, "include_optimizer", include_optimizer):
+        optimizer = getattr(model, "optimizer", None)          # an uncompiled model has no such attribute
+        if optimizer is None:
+            raise ValueError(f"{func}: include_optimizer=True needs a compiled model, got {model.name}, which is "
+                             "not compiled (it has no optimizer). Fix: compile it, model.compile(optimizer=..., "
+                             "loss=...), and fit it, or leave include_optimizer out.")
+        if not getattr(optimizer, "built", bool(optimizer.variables)):    # compile makes 2 scalars, fit the slots
+            raise ValueError(f"{func}: include_optimizer=True needs the optimizer's slots, got {model.name}, whose "
+                             f"{type(optimizer).__name__} is not built yet (compiled, not fitted: Keras makes the "
+                             "slots at the first fit). Fix: fit it first (inside distribution.scope()), or call "
+                             "model.optimizer.build(model.trainable_variables) there.")
+    variables = _jax_model(func, model)
+    if include_optimizer:
         variables += list(model.optimizer.variables)
     held: dict[str, int] = {}
     for variable in variables:
@@ -75,14 +127,40 @@ def _paths(func: str, model: Any) -> list[str]:
     if isinstance(model, keras.Model):
         if not model.weights:
             raise ValueError(f"{func}: the model has no variables yet; build it first.")
+        _usable(func, model)
         return [v.path for v in model.weights]
     raise ArgumentTypeError(f"{func}: model must be a built Keras model, got {short(model)}.")
+
+
+def _mesh_of(variable: Any) -> dict[str, int] | None:
+    """The axes of the mesh a JAX variable is laid out over ({"batch": 2, "model": 4}), None on one device."""
+    sharding = variable.value.sharding
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or len(sharding.device_set) < 2:
+        return None
+    return {str(name): int(size) for name, size in mesh.shape.items()}
+
+
+def _mesh_text(mesh: Mapping[str, int] | None) -> str:
+    return "one device" if not mesh else f"a mesh {dict(mesh)} of {math.prod(mesh.values())} devices"
+
+
+def _axes(spec: Any) -> tuple[Any, ...]:
+    """A PartitionSpec or a layout's axes as a tuple without its trailing Nones: P(None, 'model') and
+    (None, 'model') compare equal, P() and (None,) too."""
+    axes = [a[0] if isinstance(a, tuple) and len(a) == 1 else a for a in tuple(spec)]
+    while axes and axes[-1] is None:
+        axes.pop()
+    return tuple(axes)
 
 
 def check_layout_map(model: Any, layout_map: Any) -> dict[str, list[str]]:
     """Every key of ``layout_map`` and the variable paths it matches (as Keras matches them: the exact path,
     else ``re.fullmatch``). Raises LayoutError naming each key that matches no variable, with the model's
-    real paths and the fix, before anything trains. Works on any backend: it reads paths, not arrays."""
+    real paths and the fix, before anything trains. Works on any backend: it reads paths, not arrays; on JAX it
+    also refuses a model laid out over a mesh otherwise than the map says (built in another distribution's
+    scope: what the map cuts stays whole), and one whose variables a failed fit lost. A model on one device
+    passes: its paths can be checked before it is built again inside the scope."""
     import keras
 
     func = "check_layout_map"
@@ -101,7 +179,74 @@ def check_layout_map(model: Any, layout_map: Any) -> dict[str, list[str]]:
             f"against the whole path, here such as {example!r}: a Sequential model built fresh has its name "
             f"first ({model.name + '/' + tail!r}), a functional or a reloaded one has not ({tail!r}). Fix: start "
             f"the key with '(.*/)?', e.g. '(.*/)?{tail}' matches both.")
+    if keras.backend.backend() == "jax":
+        _laid_out_as_mapped(func, model, layout_map, matched)
     return matched
+
+
+def _laid_out_as_mapped(func: str, model: Any, layout_map: Any, matched: dict[str, list[str]]) -> None:
+    """Refuse a model whose variables lie on a mesh, but not as ``layout_map`` lays them out."""
+    device_mesh = layout_map.device_mesh
+    mapped = dict(zip(device_mesh.axis_names, device_mesh.shape)) if device_mesh is not None else None
+    by_path = {v.path: v for v in model.weights}
+    for key, found in matched.items():
+        want = _axes(layout_map[key].axes)
+        for path in found:
+            mesh = _mesh_of(by_path[path])
+            if mesh is None:
+                continue                 # on one device: built outside any scope, a path check only
+            have = _axes(by_path[path].value.sharding.spec)
+            if have != want or (mapped is not None and mesh != mapped):
+                raise LayoutError(
+                    f"{func}: model {model.name} is not laid out as layout_map says: {path!r} is {have or 'whole'} "
+                    f"on {_mesh_text(mesh)}, the map says {want} on {_mesh_text(mapped)}. It was built in another "
+                    "distribution's scope, so what the map cuts stays as it was. Fix: build it inside "
+                    "`with distribution.ModelParallel(layout_map=layout_map, batch_dim_name='batch').scope():`.")
+
+
+def check_distributed(model: Any) -> dict[str, int]:
+    """Whether ``fit``, ``evaluate`` or ``predict`` on ``model`` would run distributed here: the axes of the
+    active distribution's mesh (e.g. ``{"batch": 2, "model": 4}``), or an error in words. Keras on JAX says
+    nothing when a model built in ``distribution.scope()`` is fitted outside it (there
+    ``keras.distribution.distribution()`` is None, and the batch is not cut over the mesh): this refuses it,
+    and a model built outside the active scope or in another one, and one whose variables a failed fit lost.
+    Call it where you call ``fit``: inside the scope."""
+    import keras
+
+    func = "check_distributed"
+    variables = _jax_model(func, model)
+    on_mesh = {v.path: _mesh_of(v) for v in variables}
+    meshes = [m for m in on_mesh.values() if m is not None]
+    active = keras.distribution.distribution()
+    if active is None:
+        if meshes:
+            raise ValueError(
+                f"{func}: model {model.name} is laid out over {_mesh_text(meshes[0])}, but it is used outside "
+                "distribution.scope(): no distribution is active here (keras.distribution.distribution() is None), "
+                "so fit, evaluate and predict run without it, the batch not cut over the mesh, and Keras says "
+                "nothing. Fix: build and fit inside distribution.scope(): call fit inside the same "
+                "`with distribution.scope():` the model was built in.")
+        raise ValueError(
+            f"{func}: model {model.name} holds its variables on one device and no distribution is active here "
+            "(keras.distribution.distribution() is None): nothing is distributed. Fix: build and fit inside "
+            "distribution.scope(), e.g. `with distribution.DataParallel(devices=distribution.list_devices())"
+            ".scope():` around building, compiling and fitting it.")
+    device_mesh = active.device_mesh
+    want = {str(n): int(s) for n, s in zip(device_mesh.axis_names, device_mesh.shape)}
+    alone = [path for path, mesh in on_mesh.items() if mesh is None]
+    if alone and math.prod(want.values()) > 1:
+        raise ValueError(
+            f"{func}: model {model.name} was built outside distribution.scope(): {len(alone)} of its "
+            f"{len(variables)} variables are on one device (e.g. {alone[0]!r}), while the active "
+            f"{type(active).__name__} spreads the work over {_mesh_text(want)}. Fix: build and fit inside "
+            "distribution.scope(): build, compile and fit the model inside this same `with` block.")
+    other = next((m for m in meshes if m != want), None)
+    if other is not None:
+        raise ValueError(
+            f"{func}: model {model.name} was built in another distribution's scope: its variables lie on "
+            f"{_mesh_text(other)}, the active {type(active).__name__} uses {_mesh_text(want)}. Fix: build and fit "
+            "inside distribution.scope(), the same one: the scope the model was built in.")
+    return want
 
 
 @dataclass(frozen=True)
@@ -121,21 +266,37 @@ class ShardingReport:
                 f"({self.ratio:.2f}x less); {len(self.sharded_paths)} variable(s) sharded")
 
 
-def expected_bytes_per_device(model: Any, layout_map: Any, mesh_shape: Mapping[str, int]) -> ShardingReport:
-    """The bytes of variables each device should hold under ``layout_map`` on a mesh whose axes have the sizes
-    ``mesh_shape`` (e.g. ``{"batch": 2, "model": 4}``): a variable laid out ``(None, "model")`` holds 1/4 of
-    itself on each device, a variable no key matches all of itself. Arithmetic on shapes, any backend; compare
-    it with ``bytes_per_device`` (measured)."""
+def expected_bytes_per_device(model: Any, layout_map: Any,
+                              mesh_shape: Mapping[str, int] | None = None) -> ShardingReport:
+    """The bytes of variables each device should hold under ``layout_map``, on the mesh the LayoutMap was made
+    with (``layout_map.device_mesh``, e.g. ``{"batch": 2, "model": 4}``): a variable laid out
+    ``(None, "model")`` holds 1/4 of itself on each device, a variable no key matches all of itself. Arithmetic
+    on shapes, any backend; compare it with ``bytes_per_device`` (measured). ``mesh_shape``: the axes' sizes,
+    needed only for a LayoutMap made without a mesh; given with one, it must be that mesh's."""
     import keras
 
     func = "expected_bytes_per_device"
     if not isinstance(layout_map, keras.distribution.LayoutMap):
         raise ArgumentTypeError(f"{func}: layout_map must be a keras.distribution.LayoutMap, got "
                                 f"{short(layout_map)}.")
-    if not isinstance(mesh_shape, Mapping) or not mesh_shape or not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in mesh_shape.values()):
+    if mesh_shape is not None and (not isinstance(mesh_shape, Mapping) or not mesh_shape or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in mesh_shape.values())):
         raise ArgumentTypeError(f"{func}: mesh_shape must be a dict of axis name -> size, e.g. "
-                                f"{{'batch': 2, 'model': 4}}; got {short(mesh_shape)}.")
+                                f"{{'batch': 2, 'model': 4}}; got {short(mesh_shape)}. Or leave it out: it is read "
+                                "from layout_map.device_mesh.")
+    device_mesh = layout_map.device_mesh
+    mapped = dict(zip(device_mesh.axis_names, device_mesh.shape)) if device_mesh is not None else None
+    if mesh_shape is None:
+        if mapped is None:
+            raise ValueError(f"{func}: mesh_shape is needed for a LayoutMap made without a DeviceMesh, got "
+                             "mesh_shape=None. Fix: pass the mesh's axes, e.g. mesh_shape={'batch': 2, 'model': 4}, "
+                             "or make the LayoutMap with its mesh: LayoutMap(DeviceMesh(...)).")
+        mesh_shape = mapped
+    elif mapped is not None and dict(mesh_shape) != mapped:
+        raise ValueError(f"{func}: mesh_shape must be the mesh of layout_map, got {dict(mesh_shape)}, while "
+                         f"layout_map.device_mesh is {mapped} (Keras lays the variables out on that mesh). Fix: "
+                         "leave mesh_shape out (it is read from the LayoutMap), or make the LayoutMap on a "
+                         "DeviceMesh of that shape.")
     _paths(func, model)
     per_device = replicated = 0
     sharded = []
@@ -147,8 +308,9 @@ def expected_bytes_per_device(model: Any, layout_map: Any, mesh_shape: Mapping[s
             for axis in layout.axes:
                 if axis is not None:
                     if axis not in mesh_shape:
-                        raise ValueError(f"{func}: the layout of {variable.path} names the axis {axis!r}, which "
-                                         f"mesh_shape {dict(mesh_shape)} does not have.")
+                        raise ValueError(f"{func}: layout_map lays {variable.path} out over the axis {axis!r}, "
+                                         f"which the mesh {dict(mesh_shape)} does not have. Fix: name only the "
+                                         f"mesh's axes ({', '.join(map(repr, mesh_shape))}) in the layouts.")
                     divide *= mesh_shape[axis]
             if divide > 1:
                 sharded.append(variable.path)

@@ -28,8 +28,10 @@ def render_visibility(value: str | None, physical: Any, device_order: str | None
         return f"<p style='color:#b00020'>{html.escape(str(err))}</p>"
 
 
-def visibility_explorer(n_gpus: int = 8, value: str = "2,0"):
+def visibility_explorer(n_gpus: int = 8, value: str | None = "2,0"):
     """Type a CUDA_VISIBLE_DEVICES value; see which GPU becomes /GPU:i on an imaginary n-GPU server.
+
+    ``n_gpus``: 1 to 16. ``value``: the variable's text, e.g. ``"2,0"`` (None: the variable unset).
 
     The server mixes two GPU models (:func:`~gputrain_kit.visibility.example_fastest_first`), so the
     CUDA_DEVICE_ORDER toggle changes which board (nvidia-smi's number) an ordinal selects; a UUID
@@ -39,14 +41,26 @@ def visibility_explorer(n_gpus: int = 8, value: str = "2,0"):
 
     from .visibility import cuda_numbering, example_fastest_first
 
-    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or not 1 <= n_gpus <= 16:
-        raise ValueError(f"visibility_explorer: n_gpus must be an int from 1 to 16, got {short(n_gpus)}.")
+    from ._args import ArgumentTypeError, require_int
+
+    func = "visibility_explorer"
+    # Checked before a widget is built: the kit's errors, never a Text widget's TraitError.
+    n_gpus = require_int(func, "n_gpus", n_gpus)
+    if not 1 <= n_gpus <= 16:
+        raise ValueError(f"{func}: n_gpus must be an int from 1 to 16, got {short(n_gpus)}.")
+    if value is not None and not isinstance(value, str):
+        numbers = value if isinstance(value, (list, tuple)) else [value]
+        example = (",".join(str(v) for v in numbers)               # 5 -> '5', [2, 0] -> '2,0'
+                   if all(isinstance(v, int) and not isinstance(v, bool) for v in numbers) and numbers else "2,0")
+        raise ArgumentTypeError(f"{func}: value must be CUDA_VISIBLE_DEVICES' text (a string such as '2,0'), or None "
+                                f"for the variable unset; got {short(value)} ({type(value).__name__}). Pass "
+                                f"value={example!r}.")
     smi_uuids = example_uuids(n_gpus)          # one per board, in nvidia-smi's (PCI bus) order
     fastest = example_fastest_first(n_gpus)
     newer = set(fastest[:n_gpus - n_gpus // 2])
-    text = widgets.Text(value=value, description="value:", placeholder="e.g. 2,0 or GPU-d4bb",
+    text = widgets.Text(value=value or "", description="value:", placeholder="e.g. 2,0 or GPU-d4bb",
                         continuous_update=True, layout=widgets.Layout(width="420px"))
-    unset = widgets.Checkbox(value=False, description="variable unset", indent=False)
+    unset = widgets.Checkbox(value=value is None, description="variable unset", indent=False)
     # Radio buttons, not toggle buttons: their labels are never cut off ("fastest fir...").
     order = widgets.RadioButtons(options=[("CUDA_DEVICE_ORDER unset (fastest first)", "FASTEST_FIRST"),
                                           ("CUDA_DEVICE_ORDER=PCI_BUS_ID", "PCI_BUS_ID")],

@@ -79,17 +79,20 @@ with distribution.ModelParallel(layout_map=layouts, batch_dim_name="batch").scop
          else np.random.default_rng(0).integers(0, 128, (512, 16)).astype("int32"))
     y = np.random.default_rng(1).integers(0, 8, 512)
     loss = model.fit(x, y, batch_size=64, epochs=1, verbose=0).history["loss"]
+    mesh = kit.sharding.check_distributed(model)
 held = kit.sharding.bytes_per_device(model)
 with_slots = kit.sharding.bytes_per_device(model, include_optimizer=True)
-expected = kit.sharding.expected_bytes_per_device(model, layouts, {{"batch": 2, "model": 4}})
+expected = kit.sharding.expected_bytes_per_device(model, layouts)          # the mesh: the LayoutMap's
+given = kit.sharding.expected_bytes_per_device(model, layouts, {{"batch": 2, "model": 4}})
 with distribution.DataParallel(devices=devices).scope():
     copies = kit.sharding.bytes_per_device(make())
 print(json.dumps([sorted(set(held.values())), expected.per_device, expected.replicated, len(held),
                   bool(np.isfinite(loss).all()), sorted(set(copies.values())),
-                  max(abs(with_slots[d] / held[d] - 3) for d in held)]))
+                  max(abs(with_slots[d] / held[d] - 3) for d in held), mesh, given.per_device]))
 ''')
-    held, per_device, replicated, devices, trains, copies, slots_off = out
+    held, per_device, replicated, devices, trains, copies, slots_off, mesh, given = out
     assert slots_off < 0.03                                 # Adam's two slots take their variable's layout
+    assert mesh == {"batch": 2, "model": 4} and given == per_device
     assert held == [per_device] and devices == 8 and trains
     assert 3.0 < replicated / per_device <= 4.0
     assert copies == [replicated]
@@ -165,6 +168,106 @@ print(json.dumps([gap, refused, odd]))
     gap, refused, odd = out
     assert gap < 1e-5 and odd == "IndivisibleError"
     assert all(r.startswith("IndivisibleError") and "evenly divide" in r for r in refused), refused
+
+
+def test_fit_outside_the_scope_runs_silently_and_cuts_no_batch():
+    """Notebook 09 section 3: a model built inside distribution.scope() and fitted outside it trains, with no
+    error and no warning, while Keras has no distribution and cuts no batch over the devices (it calls
+    distribute_data_input for every batch inside the scope, never outside); its variables stay where they were
+    laid out. check_distributed refuses it outside and gives the mesh inside. On the MLP and the block."""
+    out = _run('''
+import warnings, numpy as np
+from keras import distribution
+from keras.src.backend.jax import distribution_lib as jax_distribution
+cut = []
+real = jax_distribution.distribute_data_input
+def counted(*args, **kwargs):
+    cut.append(1)
+    return real(*args, **kwargs)
+jax_distribution.distribute_data_input = counted
+rng = np.random.default_rng(0)
+data = {"mlp": rng.normal(size=(128, 256)).astype("float32"), "block": rng.integers(0, 128, (128, 16)).astype("int32")}
+y = rng.integers(0, 8, 128)
+layouts = distribution.LayoutMap(distribution.DeviceMesh((2, 4), ["batch", "model"], distribution.list_devices()))
+layouts["(.*/)?(d[0-9]+|ff[0-9]+|head)/kernel"] = (None, "model")
+mp = distribution.ModelParallel(layout_map=layouts, batch_dim_name="batch")
+results = {}
+for name, make in (("mlp", mlp), ("block", block)):
+    with mp.scope():
+        model = make()
+        model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        before = len(cut)
+        model.fit(data[name], y, batch_size=64, epochs=1, verbose=0)
+        inside = len(cut) - before
+        mesh = kit.sharding.check_distributed(model)
+    held = kit.sharding.bytes_per_device(model)
+    before = len(cut)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loss = model.fit(data[name], y, batch_size=64, epochs=1, verbose=0).history["loss"]
+    try:
+        kit.sharding.check_distributed(model)
+        refused = ""
+    except ValueError as err:
+        refused = str(err)
+    results[name] = [distribution.distribution() is None, inside, len(cut) - before, [str(w.message) for w in caught],
+                     bool(np.isfinite(loss).all()), kit.sharding.bytes_per_device(model) == held, mesh, refused]
+print(json.dumps(results))
+''')
+    for kind, (no_distribution, inside, outside, warned, trains, kept, mesh, refused) in out.items():
+        assert no_distribution and inside > 0 and outside == 0 and warned == [] and trains and kept, (kind, out[kind])
+        assert mesh == {"batch": 2, "model": 4}
+        assert "used outside distribution.scope()" in refused and "build and fit inside distribution.scope()" in refused
+
+
+def test_a_failed_first_step_loses_the_variables_and_the_kit_says_rebuild_it(tmp_path):
+    """Notebook 09 section 4 and exercise 3: on JAX, Keras takes the variables off the model for a step and
+    gives them back only after one succeeds; a fit (or evaluate) whose first step fails, on a batch the mesh
+    cannot divide, leaves a trained model without them: predict and save raise TypeError ('NoneType' object is
+    not callable), and every kit helper says the model is unusable: rebuild it. A fresh model's first fit
+    fails before its variables are taken, and keeps them. Under DataParallel and ModelParallel, on the MLP and
+    the block."""
+    out = _run(f'''
+import os, numpy as np
+from keras import distribution
+rng = np.random.default_rng(0)
+data = {{"mlp": rng.normal(size=(320, 256)).astype("float32"), "block": rng.integers(0, 128, (320, 16)).astype("int32")}}
+y = rng.integers(0, 8, 320)
+devices = distribution.list_devices()
+layouts = distribution.LayoutMap(distribution.DeviceMesh((2, 4), ["batch", "model"], devices))
+layouts["(.*/)?(d[0-9]+|ff[0-9]+|head)/kernel"] = (None, "model")
+kinds = {{"DataParallel": (distribution.DataParallel(devices=devices), 296, 300),
+          "ModelParallel": (distribution.ModelParallel(layout_map=layouts, batch_dim_name="batch"), 300, 301)}}
+def error(call):
+    try:
+        call()
+        return ""
+    except Exception as err:
+        return type(err).__name__ + ": " + str(err)
+results = {{}}
+for name, make in (("mlp", mlp), ("block", block)):
+    for kind, (dist, good, bad) in kinds.items():
+        with dist.scope():
+            model = make()
+            model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            fresh = error(lambda: model.fit(data[name][:bad], y[:bad], batch_size=bad, epochs=1, verbose=0))
+            fresh_kept = error(lambda: kit.sharding.check_distributed(model))
+            model.fit(data[name][:good], y[:good], batch_size=good, epochs=1, verbose=0)
+            failed = error(lambda: model.fit(data[name][:bad], y[:bad], batch_size=bad, epochs=1, verbose=0))
+            results[name + " " + kind] = [
+                fresh.split(":")[0], fresh_kept, failed.split(":")[0],
+                error(lambda: model.predict(data[name][:8], verbose=0)),
+                error(lambda: model.save(os.path.join({str(tmp_path)!r}, name + kind + ".keras"))),
+                error(lambda: kit.sharding.check_distributed(model)),
+                error(lambda: kit.sharding.bytes_per_device(model))]
+print(json.dumps(results))
+''')
+    for case, (fresh, fresh_kept, failed, predict, save, checked, measured) in out.items():
+        assert fresh == failed == "IndivisibleError" and fresh_kept == "", (case, out[case])
+        for keras_says in (predict, save):
+            assert keras_says.startswith("TypeError") and "'NoneType' object is not callable" in keras_says, case
+        for kit_says in (checked, measured):
+            assert "unusable after a failed fit" in kit_says and "rebuild it" in kit_says, (case, kit_says)
 
 
 def test_a_reloaded_model_loses_the_name_prefix_and_the_anchored_key_still_matches(tmp_path):
