@@ -155,7 +155,7 @@ def trace_profile(model: Any, *, caller: str = "profile") -> list[Any]:
     import keras
     from keras.src import backend as keras_backend
 
-    from .memory import LayerStat, input_specs
+    from .profiles import LayerStat, input_specs
 
     specs = input_specs(model, _caller=caller)
     records: list[tuple[Any, int, list[Any], list[Any]]] = []

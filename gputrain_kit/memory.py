@@ -24,53 +24,20 @@ for the whole batch).
 """
 from __future__ import annotations
 
-import json
-import weakref
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any, Sequence
 
-from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short, typed
+from .profiles import (PRESETS, LayerStat, build_abstractly, dense_stack_profile, input_specs,  # noqa: F401
+                       preset_profile, profile)
+from .remat import remat_checkpoints, rematerialize  # noqa: F401
+from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short
 
 __all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "memory_verdict", "TIGHT_SHARE", "human_bytes",
            "split_layers", "preset_profile", "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "DTYPE_POLICIES",
            "ZERO_STAGES", "remat_checkpoints", "rematerialize"]
 
 OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1, "sgd-momentum": 1, "sgd": 0}
-PRESETS = {
-    "InceptionV3 299x299": "inception_v3",
-    "Dense stack 24 x 8192 (1.6B parameters)": "dense_stack",
-    "ResNet50 224x224": "resnet50",
-    "Dense stack 8 x 8192 + head (notebook 08)": "dense_stack_08",
-    "course digits model": "digits",
-}
 # Display names used by earlier versions of the course: still accepted, never shown.
-
-
-@dataclass(frozen=True)
-class LayerStat:
-    """One layer's share of a training step, per sample (elements, not bytes; the dtype policy sizes them).
-
-    ``activations``: what the backward pass keeps of this layer at the compute precision (its outputs and what
-    its gradient needs inside it: a GELU's intermediates, a dropout mask, attention's query, key, value and
-    probabilities); ``float32_activations``: what it keeps in float32 whatever the policy (under a mixed policy
-    Keras computes attention's softmax, BatchNormalization and LayerNormalization in float32); ``temporary``: the
-    largest transient working set of its forward or backward step (gradients of its output and input, attention's
-    scores); ``casts``: trainable values a mixed policy copies to 16 bits every step (kernels of layers that
-    compute in 16 bits, kept for the backward pass); ``kind``: the layer class; ``approximate``: the planner only
-    approximates this kind of layer (an unknown layer, a recurrent one): measure it."""
-
-    name: str
-    params: int            # all variables (trainable and not)
-    trainable: int
-    activations: int       # kept elements per sample at the compute precision
-    float32_activations: int = 0
-    temporary: int = 0
-    casts: int = 0
-    kind: str = ""
-    approximate: bool = False
-    pinned: int = 0        # kept elements of layers pinned to float32 (dtype="float32" under a mixed policy)
-    scores: int = 0        # attention: heads x queries x keys, the tensors flash attention never materializes
 
 
 @dataclass(frozen=True)
@@ -104,105 +71,6 @@ class MemoryEstimate:
                                                ("parameters", "gradients", "optimizer", "accumulators",
                                                 "activations", "total")))
         return "\n".join(lines)
-
-
-def profile(model: Any, *, _caller: str = "profile") -> list[LayerStat]:
-    """What each layer of a built Keras model keeps for a training step, per sample (``LayerStat``), read from one
-    symbolic call (``layer_costs.trace_profile``: shapes only, nothing computed): functional, Sequential and
-    subclassed models alike (a subclassed model must have been called once, so that its input shape is known)."""
-    import keras
-
-    if not isinstance(model, keras.Model):
-        raise ArgumentTypeError(
-            f"{_caller}: model must be a built Keras model, a function that builds one, or a profile (a list of "
-            f"LayerStat, e.g. kit.memory.preset_profile('inception_v3')), got {typed(model)}.")
-    if not model.built:
-        raise ValueError(f"{_caller}: the model {model.name!r} is not built yet (it has no Input and was never "
-                         "called), so its layers' output sizes are unknown. Start it with keras.Input(shape) or "
-                         "call it once on a batch.")
-    from .layer_costs import trace_profile
-
-    key = (len(model.weights), keras.config.dtype_policy().name)
-    cached = _PROFILES.get(model)
-    if cached is None or cached[0] != key:          # traced once per model (a widget asks at every change)
-        cached = (key, trace_profile(model, caller=_caller))
-        _PROFILES[model] = cached
-    return list(cached[1])
-
-
-_PROFILES: "weakref.WeakKeyDictionary[Any, tuple[Any, list[LayerStat]]]" = weakref.WeakKeyDictionary()
-
-
-def build_abstractly(func: str, build: Any, dtype_policy: str = "float32") -> Any:
-    """``build()``'s model with no weight allocated (``keras.StatelessScope``: every variable's shape, no value),
-    under ``dtype_policy``, so that planning a model of billions of parameters needs no memory for them."""
-    import keras
-
-    name = getattr(build, "__name__", "")
-    if name == "<lambda>" or not callable(build):
-        raise ArgumentTypeError(f"{func}: model must be a Keras model, a function defined with def that builds one, "
-                                f"or a profile; got {short(build)}.")
-    previous = keras.config.dtype_policy()
-    keras.config.set_dtype_policy(dtype_policy)
-    try:
-        with keras.StatelessScope(initialize_variables=False):      # shapes only: no variable gets a value
-            model = build()
-    except TypeError as err:
-        if "argument" in str(err):
-            raise ArgumentTypeError(f"{func}: {name}() must take no arguments and return a Keras model ({err}).") \
-                from None
-        raise
-    finally:
-        keras.config.set_dtype_policy(previous)
-    if not isinstance(model, keras.Model):
-        raise ArgumentTypeError(f"{func}: {name}() must return a Keras model, got {typed(model)}.")
-    return model
-
-
-def input_specs(model: Any, *, _caller: str = "input_specs") -> list[tuple[tuple[int, ...], str]]:
-    """(shape without the batch, dtype) of each of ``model``'s inputs: a functional or Sequential model's
-    ``inputs``; a subclassed model's first call (Keras records its input shapes when it builds; dtypes are
-    not recorded: token ids, int32, when the model's first layer is an Embedding, float32 otherwise)."""
-    import keras
-
-    try:
-        return [(tuple(int(d) for d in t.shape[1:]), str(t.dtype)) for t in keras.tree.flatten(model.inputs)]
-    except (AttributeError, TypeError, ValueError):
-        pass
-    shapes = getattr(model, "_build_shapes_dict", None) or {}
-    if not shapes:
-        raise ValueError(f"{_caller}: the model {model.name!r} ({type(model).__name__}) was never called, so its "
-                         "input shape is unknown. Call it once on a batch, e.g. model(np.zeros((1, 32))), or give "
-                         "it a keras.Input.")
-    first = next(iter(shapes.values()))
-    firsts = first if isinstance(first, list) and first and isinstance(first[0], (list, tuple)) else [first]
-    layers = [layer for layer in model._flatten_layers(include_self=False)]
-    dtype = "int32" if layers and isinstance(layers[0], keras.layers.Embedding) else "float32"
-    specs = []
-    for shape in firsts:
-        rest = tuple(shape)[1:]
-        if any(d is None for d in rest):
-            raise ValueError(f"{_caller}: the model {model.name!r} was built with an unknown dimension in "
-                             f"{tuple(shape)}; call it once on a real batch so every dimension is known.")
-        specs.append((tuple(int(d) for d in rest), dtype))
-    return specs
-
-
-def preset_profile(name: str) -> list[LayerStat]:
-    """A stored profile of a preset model (see PRESETS): no TensorFlow, no model build, no memory.
-
-    The stored numbers were read from ``keras.applications.<Model>(weights=None)``; a test rebuilds
-    the models and checks them.
-    """
-    key = PRESETS.get(name, name)
-    if key not in PRESETS.values():
-        raise ValueError(f"preset_profile: unknown preset {short(name)}; choose from {list(PRESETS)}.")
-    if key == "dense_stack":
-        return dense_stack_profile(24, 8192)
-    if key == "dense_stack_08":
-        return dense_stack_profile(8, 8192, head=16)
-    table = json.loads(resources.files("gputrain_kit").joinpath("presets.json").read_text())
-    return [LayerStat(*row) for row in table[key]]
 
 
 def split_layers(stats: Sequence[LayerStat], devices: int, costs: Sequence[float] | None = None, *,
@@ -243,42 +111,9 @@ def split_layers(stats: Sequence[LayerStat], devices: int, costs: Sequence[float
     return groups
 
 
-def dense_stack_profile(layers: int, width: int, head: int | None = None, *,
-                        input_width: int | None = None) -> list[LayerStat]:
-    """The profile of ``layers`` Dense(width, relu) layers on ``input_width`` inputs (default: ``width``), and a
-    Dense(head) output layer if ``head`` is given, by the rules ``profile`` reads a built model with
-    (``layer_costs``), without building anything (so without allocating a byte of the model)."""
-    layers = require_int("dense_stack_profile", "layers", layers, minimum=1)
-    width = require_int("dense_stack_profile", "width", width, minimum=1)
-    inputs = width if input_width is None else require_int("dense_stack_profile", "input_width", input_width,
-                                                           minimum=1)
-    stats, previous = [], inputs
-    for i in range(layers):
-        size = previous * width + width
-        stats.append(LayerStat(f"dense_{i}", size, size, width, temporary=width + previous, casts=size, kind="Dense"))
-        previous = width
-    out = width
-    if head is not None:
-        head = require_int("dense_stack_profile", "head", head, minimum=1)
-        size = width * head + head
-        stats.append(LayerStat(f"dense_{layers}", size, size, head, temporary=head + width, casts=size, kind="Dense"))
-        out = head
-    stats.append(LayerStat("loss and batch", 0, 0, 0, kind="loss", pinned=3 * out + inputs))
-    return stats
-
-
 DTYPE_POLICIES = {"float32": 4, "mixed_float16": 2, "mixed_bfloat16": 2}   # bytes per activation value
 ZERO_STAGES = {0: "no sharding", 1: "optimizer slots sharded", 2: "slots and gradients sharded",
                3: "slots, gradients and parameters sharded"}
-
-
-def remat_checkpoints(n_layers: int) -> list[int]:
-    """The layers whose outputs are kept when recomputing in segments of ceil(sqrt(n)) layers (Chen et
-    al., "Training Deep Nets with Sublinear Memory Cost", 2016): the last layer of every segment."""
-    import math
-
-    size = max(1, math.ceil(math.sqrt(n_layers)))
-    return [i for i in range(n_layers) if (i + 1) % size == 0 or i == n_layers - 1]
 
 
 def _flash(stat: LayerStat) -> LayerStat:
@@ -476,8 +311,11 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
              "gradients": -(-b * trainable // share["gradients"]),
              "optimizer": -(-b * slots * trainable // share["optimizer"]),
              "accumulators": -(-b * trainable // share["gradients"]) if accumulation_steps > 1 else 0,
-             "activations": per_step * _kept_activations(layers, remat, mixed, act_bytes),
-             "temporaries": per_step * _temporary_bytes(layers, mixed, act_bytes)
+             "activations": per_step * _kept_activations([s for s in layers if s.kind != "loss"], remat, mixed,
+                                                         act_bytes),
+             # the largest layer's working set, the batch and the loss (kind "loss"), the 16-bit kernel copies
+             "temporaries": per_step * (_temporary_bytes(layers, mixed, act_bytes)
+                                        + sum(_layer_bytes(s, mixed, act_bytes) for s in layers if s.kind == "loss"))
              + (2 * sum(s.casts for s in layers) if mixed else 0)}
         d["total"] = sum(d.values())
         return d
@@ -507,7 +345,8 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
                       "where the kernels compute in 16 bits (GPUs; on most CPUs 16 bits are emulated: measure)"
                       + ("; LossScaleOptimizer adds 4 scalars" if dtype_policy == "mixed_float16" else ""))
     if remat:
-        levers.append(f"recomputation: outputs kept at {len(remat_checkpoints(len(stats)))} of {len(stats)} layers "
+        count = sum(s.kind != "loss" for s in stats)
+        levers.append(f"recomputation: outputs kept at {len(remat_checkpoints(count))} of {count} layers "
                       "plus one segment; the forward pass runs about twice")
     if accumulation_steps > 1:
         levers.append(f"gradient accumulation: {accumulation_steps} steps of {-(-batch_size // accumulation_steps)} "
@@ -541,61 +380,6 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
         if strategy == "split" else "single device: everything in one place",
     ) + tuple(levers) + _approximate_note(stats)
     return MemoryEstimate(strategy, devices, batch_size, optimizer, tuple(per_device), assumptions)
-
-
-def _remat_segment_class():
-    import keras
-
-    class RematSegment(keras.layers.Layer):
-        """Consecutive layers whose activations are recomputed in the backward pass (``keras.remat``,
-        which is ``tf.recompute_grad`` on TensorFlow), so that only the segment's input is kept."""
-
-        def __init__(self, layers, **kwargs):
-            super().__init__(**kwargs)
-            self.inner = list(layers)
-
-        def build(self, input_shape):
-            shape = input_shape
-            for layer in self.inner:
-                if not layer.built:
-                    layer.build(shape)
-                shape = layer.compute_output_shape(shape)
-
-        def _forward(self, x):
-            for layer in self.inner:
-                x = layer(x)
-            return x
-
-        def call(self, x):
-            # Positional arguments only: TensorFlow's custom_gradient refuses keyword arguments in a
-            # traced function, which is why keras.RematScope fails on this backend.
-            return keras.remat(self._forward)(x)
-
-        def compute_output_shape(self, input_shape):
-            for layer in self.inner:
-                input_shape = layer.compute_output_shape(input_shape)
-            return input_shape
-
-    return RematSegment
-
-
-def rematerialize(model: Any):
-    """A Sequential model rebuilt as segments of ceil(sqrt(layers)) layers, each recomputed in the
-    backward pass: the form of recomputation that works on the TensorFlow backend (``keras.RematScope``
-    fails there). The layers (and their weights) are the same objects."""
-    import keras
-
-    if not isinstance(model, keras.Sequential):
-        raise ArgumentTypeError(f"rematerialize: pass a keras.Sequential model (functional models: wrap "
-                                f"consecutive layers in keras.remat by hand), got {short(model)}.")
-    layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
-    ends = remat_checkpoints(len(layers))
-    segment, start = _remat_segment_class(), 0
-    segments: list[Any] = []
-    for end in ends:
-        segments.append(segment(layers[start:end + 1], name=f"remat_{len(segments)}"))
-        start = end + 1
-    return keras.Sequential([keras.Input(model.inputs[0].shape[1:])] + segments, name=f"{model.name}_remat")
 
 
 def human_bytes(n: float) -> str:

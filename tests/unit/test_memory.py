@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import astuple
 
 import pytest
 
@@ -142,7 +143,7 @@ def test_estimate_is_not_a_bound_either_way():
     assert ratio["wide adam"] > 1.3                         # above the estimate: not an upper bound
     assert ratio["dense+relu layers"] < 0.8                 # below the estimate: not a lower bound
     split, fused = out["dense+relu layers"], out["dense(relu)"]
-    assert split["estimated"] > 1.8 * fused["estimated"]                 # counted twice as many outputs...
+    assert split["estimated"] > 1.5 * fused["estimated"]                 # counted the ReLU layers' outputs too...
     assert abs(split["measured"]["total"] / fused["measured"]["total"] - 1) < 0.15   # ...kept about the same
     for case in out.values():
         measured = case["measured"]
@@ -192,7 +193,7 @@ def test_dense_stack_profile_matches_a_built_model():
         m = keras.Sequential([keras.Input((48,))] + [keras.layers.Dense(48) for _ in range(3)])
         print(json.dumps([list(astuple(s))[1:] for s in profile(m)]))
     """)
-    assert last_json(proc) == [[s.params, s.trainable, s.activations] for s in dense_stack_profile(3, 48)]
+    assert last_json(proc) == [list(astuple(s))[1:] for s in dense_stack_profile(3, 48)]
 
 
 def test_strategies_divide_what_they_should():
@@ -299,9 +300,9 @@ def test_memory_verdict_says_tight_ties_and_small_sizes():
     """Notebook 08's pairs table calls a fit within 15% of the card tight: so does the verdict (the explorer
     said 'fits' at 11.41 of 12 GB); equal model state and activations read 'about equally'; a small model's
     peak in KB, not '0.00 GB'."""
-    full = dense_stack_profile(8, 8192, head=16)
-    assert "about equally" in memory_verdict(estimate_memory(full, batch_size=32768, optimizer="adam"), 12)
-    tight = estimate_memory(full, batch_size=32768, dtype_policy="mixed_bfloat16", remat=True)
+    equal = [LayerStat("l", 1000, 1000, 2000)]              # SGD: 8,000 bytes of state, 8,000 of activations
+    assert "about equally" in memory_verdict(estimate_memory(equal, batch_size=1, optimizer="sgd"), 12)
+    tight = estimate_memory([LayerStat("l", 1_375_000_000, 1_375_000_000, 0)], batch_size=1, optimizer="sgd")
     assert 0.85 * 12e9 < tight.peak <= 12e9 and "fits, but tight" in memory_verdict(tight, 12)
     assert ": fits;" in memory_verdict(tight, 16)
     small = memory_verdict(estimate_memory(preset_profile("digits"), batch_size=8), 12)
@@ -321,7 +322,7 @@ def test_memory_verdict_names_the_dominant_parts_largest_first_with_their_sizes(
     sgd = estimate_memory(full, batch_size=32768, optimizer="sgd", accumulation_steps=4)
     assert "slots" not in memory_verdict(sgd, 12) and "accumulators 2.15 GB" in memory_verdict(sgd, 12)
     big_batch = estimate_memory(full, batch_size=4 * 32768, optimizer="sgd")
-    activations = human_bytes(big_batch.per_device[0]["activations"])
+    activations = human_bytes(big_batch.per_device[0]["activations"] + big_batch.per_device[0]["temporaries"])
     assert memory_verdict(big_batch, 12).endswith(f"mostly activations ({activations}).")
 
 
@@ -364,8 +365,8 @@ def test_estimate_memory_reads_a_strategy_and_a_keras_optimizer():
 
 
 def test_an_estimate_of_a_recurrent_model_says_what_it_leaves_out():
-    """An LSTM keeps its gates for every time step: the estimate counts outputs only, and says so; the allocator
-    holds more than the estimate for one training step."""
+    """An LSTM keeps its gates for every time step: the estimate counts them by a rule of thumb and says "measure
+    it"; the allocator's step is within the planner's 1.5x."""
     proc = run_python("""
         import json, gputrain_kit as kit
         kit.setup(devices=1)
@@ -380,9 +381,9 @@ def test_an_estimate_of_a_recurrent_model_says_what_it_leaves_out():
                           m["total"] / e.peak]))
     """)
     note, other, ratio = last_json(proc)
-    assert note.startswith("recurrent layers (lstm") and "not counted" in note
-    assert "recurrent" not in other
-    assert ratio > 1.2, ratio
+    assert note.startswith("approximated, measure it") and "lstm (LSTM)" in note
+    assert "approximated" not in other
+    assert 0.55 < ratio < 1.5, ratio             # a rule of thumb for its gates: "measure it" (docs/memory.md)
 
 
 def test_memory_figure_keeps_each_parts_colour_draws_parts_to_scale_and_no_zero_bar():
