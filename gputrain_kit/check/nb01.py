@@ -3,49 +3,53 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_bool, as_int, as_int_list, verdict
+from ._common import Verdict, read, verdict
 
 _NUMBER = "Give a whole number, e.g. 3."
 
 
 def nb01_physical_behind(answer: Any) -> Verdict:
     """With CUDA_VISIBLE_DEVICES=3,5 on an 8-GPU server, which CUDA GPU is TensorFlow's /GPU:1? (Not 3,1: there
-    the answer, 1, is also what a reader who expects no renumbering says.)"""
+    the answer, 1, is also what a reader who expects no renumbering says.) 'CUDA GPU 5' and 'GPU 5', as the
+    question and the solution say it, read as 5."""
     from ..visibility import parse_cuda_visible_devices
 
+    got = read(answer, "int", words=("cuda", "gpu", "physical", "device"),
+               form="Give the CUDA GPU's number, e.g. 3 or 'CUDA GPU 3'.")
+    if got.refusal is not None:
+        return got.refusal
     right = parse_cuda_visible_devices("3,5", 8).physical_of(1)
-    value = as_int(answer)
     hint = "Visible devices are renumbered in the order they are listed."
-    if value == 1:
+    if got.value == 1:
         hint = "That is CUDA GPU 1, which this list does not even show: TensorFlow numbers the visible GPUs anew."
-    return verdict(answer, value == right,
-                   f"/GPU:1 is CUDA GPU {right}: visible devices are renumbered in list order.", hint,
-                   form=None if value is not None else _NUMBER)
+    return verdict(answer, got.value == right,
+                   f"/GPU:1 is CUDA GPU {right}: visible devices are renumbered in list order.", hint)
 
 
 def nb01_count_with_garbage(answer: Any) -> Verdict:
     """How many GPUs does a process see with CUDA_VISIBLE_DEVICES=3,1,3 on an 8-GPU server?"""
     from ..visibility import parse_cuda_visible_devices
 
+    got = read(answer, "int", words=("gpu", "device"), form=_NUMBER)
+    if got.refusal is not None:
+        return got.refusal
     right = parse_cuda_visible_devices("3,1,3", 8).count
-    value = as_int(answer)
-    return verdict(answer, value == right, f"{right}: a device listed twice hides every GPU, without an error.",
-                   "What does the runtime do when the same device appears twice in the list?",
-                   form=None if value is not None else _NUMBER)
+    return verdict(answer, got.value == right, f"{right}: a device listed twice hides every GPU, without an error.",
+                   "What does the runtime do when the same device appears twice in the list?")
 
 
 def nb01_locking_call(answer: Any) -> Verdict:
     """Does building a small Keras model (an Input and a Dense layer), before any training, lock TensorFlow's
     device configuration? True or False. Once answered, the check probes it in a fresh process (seconds), as
     section 4 probed the four calls."""
-    value = as_bool(answer)
-    if value is None:
-        return verdict(answer, False, "", "", form="Give True or False.")
+    got = read(answer, "bool", form="Give True or False.")
+    if got.refusal is not None:
+        return got.refusal
     from ..counting import KERAS_MODEL, probe_locks
 
     probe = probe_locks([KERAS_MODEL])[0]
     seen = f"probed just now in a fresh process: {probe.row().strip()}"
-    return verdict(answer, value is probe.locked,
+    return verdict(answer, got.value is probe.locked,
                    f"{probe.locked}, {seen}. Building the model creates its variables, which starts the devices "
                    "as a first op does: call kit.setup() before building anything.",
                    "What does a Dense layer create when it is built, and where does that have to live?")
@@ -53,14 +57,14 @@ def nb01_locking_call(answer: Any) -> Verdict:
 
 def nb01_visible_after_drop(answer: Any) -> Verdict:
     """With CUDA_VISIBLE_DEVICES='5,4gpu,9,2' on an 8-GPU server, which CUDA GPUs are visible, in
-    TensorFlow's order? (a list)"""
-    values = as_int_list(answer)
-    if values is None:
-        return verdict(answer, False, "", "", form="Give a list of GPU numbers, e.g. [0, 1].")
+    TensorFlow's order? (a list; 'CUDA GPUs 5 and 4' too)"""
+    got = read(answer, "int_list", words=("cuda", "gpu", "then"), form="Give a list of GPU numbers, e.g. [0, 1].")
+    if got.refusal is not None:
+        return got.refusal
     from ..visibility import parse_cuda_visible_devices
 
     right = list(parse_cuda_visible_devices("5,4gpu,9,2", 8).visible)
-    return verdict(answer, values == right,
+    return verdict(answer, got.value == right,
                    f"{right}: '4gpu' is read as 4 (like strtoul), '9' is not a GPU of this server, so parsing "
                    "stops there and '2' is dropped without an error.",
                    "Read each entry as the runtime does: a leading number counts, and what happens at the first "
@@ -69,14 +73,14 @@ def nb01_visible_after_drop(answer: Any) -> Verdict:
 
 def nb01_smi_behind(answer: Any) -> Verdict:
     """On the explorer's imaginary server (nvidia-smi GPUs 4-7 are the faster model), CUDA_DEVICE_ORDER
-    unset: which nvidia-smi GPU does CUDA_VISIBLE_DEVICES=3 select?"""
-    value = as_int(answer)
-    if value is None:
-        return verdict(answer, False, "", "", form=_NUMBER)
+    unset: which nvidia-smi GPU does CUDA_VISIBLE_DEVICES=3 select? ('GPU 7' and 'nvidia-smi GPU 7' read as 7.)"""
+    got = read(answer, "int", words=("nvidia-smi", "gpu"), form="Give the nvidia-smi GPU's number, e.g. 3 or 'GPU 3'.")
+    if got.refusal is not None:
+        return got.refusal
     from ..visibility import example_fastest_first, parse_cuda_visible_devices
 
     right = parse_cuda_visible_devices("3", 8, device_order=None, fastest_first=example_fastest_first(8)).smi[0]
-    return verdict(answer, value == right,
+    return verdict(answer, got.value == right,
                    f"nvidia-smi GPU {right}: fastest first, CUDA's 0-3 are the fast boards, nvidia-smi's 4-7.",
                    "Without PCI_BUS_ID, CUDA counts the faster model first. Which nvidia-smi numbers do "
                    "CUDA's 0, 1, 2, 3 get?")

@@ -3,44 +3,50 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_bool, as_choice, as_int_list, verdict
+from ._common import Verdict, read, verdict
 
 
 def nb04_what_to_save(answer: Any) -> Verdict:
     """Trained through a parallel wrapper: save the 'wrapper' or the 'template'?"""
-    choice = as_choice(answer, ("wrapper", "template"))
-    return verdict(answer, choice == "template",
+    got = read(answer, "choice", choices=("wrapper", "template"), words=("the", "model", "s", "weights", "save"),
+               form="Answer 'wrapper' or 'template'.")
+    if got.refusal is not None:
+        return got.refusal
+    return verdict(answer, got.value == "template",
                    "The template owns the weights; its file loads into the model you deploy.",
-                   "Which file loaded into a fresh template in section 1?",
-                   form=None if choice is not None else "Answer 'wrapper' or 'template'.")
+                   "Which file loaded into a fresh template in section 1?")
 
 
 def nb04_reshuffle(answer: Any) -> Verdict:
     """reshuffle_each_iteration needed for a bit-identical resume (True/False)."""
-    value = as_bool(answer)
-    return verdict(answer, value is False, "With one fixed order, the resumed epochs see exactly the same batches.",
-                   "What happens to a per-epoch shuffle when the process restarts?",
-                   form=None if value is not None else "Answer True or False.")
+    got = read(answer, "bool", form="Answer True or False.")
+    if got.refusal is not None:
+        return got.refusal
+    return verdict(answer, got.value is False,
+                   "With one fixed order, the resumed epochs see exactly the same batches.",
+                   "What happens to a per-epoch shuffle when the process restarts?")
 
 
 def nb04_resumed_epochs(answer: Any) -> Verdict:
-    """epochs=10 with BackupAndRestore, crash at the start of epoch 7: which epochs (from 1) does the restart train?"""
-    value = as_int_list(answer)
-    right = [7, 8, 9, 10]
-    return verdict(answer, value == right,
+    """epochs=10 with BackupAndRestore, crash at the start of epoch 7: which epochs (from 1) does the restart train?
+    (a list; 'epochs 7 to 10' and '7-10' too)"""
+    got = read(answer, "int_list", words=("epoch",), ranges=True,
+               form="Give the epoch numbers, counted from 1, as a list such as [2, 3].")
+    if got.refusal is not None:
+        return got.refusal
+    return verdict(answer, got.value == [7, 8, 9, 10],
                    "Epochs 1 to 6 finished and were backed up; the restarted fit trains 7, 8, 9 and 10.",
                    "BackupAndRestore saves at the end of every epoch that finished. Which was the last one, and "
-                   "does the restarted fit stop at the same epochs=10?",
-                   form=None if value is not None else "Give the epoch numbers, counted from 1, as a list such as [2, 3].")
+                   "does the restarted fit stop at the same epochs=10?")
 
 
 def nb04_weight_group(answer: Any) -> Verdict:
     """Sequential: Dense 'encoder', LayerNormalization 'norm', Dense 'bottleneck', Dense 'logits': logits' group?"""
-    if not isinstance(answer, str):
-        return verdict(answer, False, "", "", form="Give the group as a string, such as 'layers/dense_1'.")
-    text = answer.strip().strip("'\"").strip().strip("/").lower()
-    text = text.removeprefix("layers/").removesuffix("/vars")
-    return verdict(answer, text == "dense_2",
+    got = read(answer, "text", form="Give the group as a string, such as 'layers/dense_1'.")
+    if got.refusal is not None:
+        return got.refusal
+    group = got.value.strip("/").lower().removeprefix("layers/").removesuffix("/vars")
+    return verdict(answer, group == "dense_2",
                    "'layers/dense_2': 'logits' is the third Dense layer; its name and the LayerNormalization "
                    "in between play no part.",
                    "Loading never reads the layer's name. Count only the layers of its class that come before it "

@@ -3,20 +3,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_number, percent_slip, verdict
+from ._common import Verdict, percent_slip, read, verdict
+
+_RATE = ("lr", "learning", "rate", "of", "a")     # 'lr = 3.2', 'a learning rate of 3.2'
 
 
 def nb06_scaled_lr(answer: Any) -> Verdict:
     """Learning rate 0.05 works at batch 32; by the linear scaling rule, what is it at batch 2048?"""
     from ..lrscaling import linear_scaled_lr
 
+    got = read(answer, "number", words=_RATE, form="Give a number, e.g. 0.1.")
+    if got.refusal is not None:
+        return got.refusal
     right = linear_scaled_lr(0.05, 32, 2048)
-    value = as_number(answer)
-    return verdict(answer, value is not None and abs(value - right) <= 0.005 + 1e-9,   # rounded to 2 decimals: right
+    return verdict(answer, abs(got.value - right) <= 0.005 + 1e-9,   # rounded to 2 decimals: right
                    f"{right:g}: the batch grew 64x, so the learning rate grows 64x (with a warm-up), if the rule "
                    "still held there: at 1024 it no longer did for this model.",
-                   "Base learning rate x (new batch / base batch).",
-                   form=None if value is not None else "Give a number, e.g. 0.1.")
+                   "Base learning rate x (new batch / base batch).")
 
 
 def nb06_efficiency(answer: Any) -> Verdict:
@@ -24,38 +27,42 @@ def nb06_efficiency(answer: Any) -> Verdict:
     notebook shows 8 GPUs (94%)."""
     from ..scaling import predict_curve
 
+    got = read(answer, "number", words=("efficiency",), form="Give a fraction between 0 and 1 (e.g. 0.85 or '85%').")
+    if got.refusal is not None:
+        return got.refusal
+    value = got.value
     right = predict_curve("VGG-16", "PCIe 3.0 x16 (one server)", 64, 4, 0.1)[-1].efficiency
     eight = predict_curve("VGG-16", "PCIe 3.0 x16 (one server)", 64, 8, 0.1)[-1].efficiency
-    value = as_number(answer)
     slip = percent_slip(value, right, 0.01)
     if slip:
         return verdict(answer, False, "", "", form=slip)
-    return verdict(answer, value is not None and abs(value - right) < 0.01,
+    return verdict(answer, abs(value - right) < 0.01,
                    f"{right:.2f}: kit.scaling.predict_curve(\"VGG-16\", \"PCIe 3.0 x16 (one server)\", 64, 4, 0.1)"
                    f"[-1].efficiency. Higher than 8 GPUs' {eight:.2f}: a ring all-reduce sends 2(N-1)/N of the "
                    "gradients, less with fewer GPUs, so less communication is left exposed.",
                    "Predict the direction first: does a ring all-reduce over fewer GPUs send more or less per GPU? "
-                   "Then move the explorer's GPU count, or call kit.scaling.predict_curve.",
-                   form=None if value is not None else "Give a fraction between 0 and 1 (e.g. 0.85 or '85%').")
+                   "Then move the explorer's GPU count, or call kit.scaling.predict_curve.")
 
 
 def nb06_warmup_step(answer: Any) -> Verdict:
     """LinearWarmup(0.05, 1.6, 4) (start 0.05, peak 1.6, 4 warm-up steps): the learning rate at step 2?"""
+    got = read(answer, "number", words=_RATE, form="Give a number, e.g. 0.1 or '33/40'.")
+    if got.refusal is not None:
+        return got.refusal
     right = 0.05 + (1.6 - 0.05) * 2 / 4
-    value = as_number(answer)
-    return verdict(answer, value is not None and abs(value - right) <= 0.005 + 1e-9,   # rounded to 2 decimals: right
+    return verdict(answer, abs(got.value - right) <= 0.005 + 1e-9,   # rounded to 2 decimals: right
                    f"{right:g}: halfway through the warm-up, so halfway from 0.05 to 1.6.",
                    "The rate rises by the same amount every step from start_lr to peak_lr; step 2 of 4 is "
-                   "what fraction of the way?",
-                   form=None if value is not None else "Give a number, e.g. 0.1 or '33/40'.")
+                   "what fraction of the way?")
 
 
 def nb06_ethernet_efficiency(answer: Any) -> Verdict:
     """VGG-16 on 8 GPUs, per-GPU batch 64, overlap 0.1, over 25 Gbit/s Ethernet instead of PCIe 3.0:
     the predicted efficiency (a fraction, within 0.03)?"""
-    value = as_number(answer)
-    if value is None:
-        return verdict(answer, False, "", "", form="Give a fraction between 0 and 1 (e.g. 0.85 or '85%').")
+    got = read(answer, "number", words=("efficiency",), form="Give a fraction between 0 and 1 (e.g. 0.85 or '85%').")
+    if got.refusal is not None:
+        return got.refusal
+    value = got.value
     from ..scaling import predict_curve
 
     right = predict_curve("VGG-16", "25 Gbit/s Ethernet (servers)", 64, 8, 0.1)[-1].efficiency

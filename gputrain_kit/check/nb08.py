@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_amount, as_int, unit_slip, verdict
+from ._common import Verdict, read, unit_slip, verdict
 
 FULL_MODEL = "Dense stack 8 x 8192 + head (notebook 08)"
 FULL_BATCH = 32768
@@ -41,10 +41,11 @@ def nb08_measured_peak(answer: Any, *, tolerance: float = 0.08) -> Verdict:
     estimate (within ``tolerance`` of ``estimate_memory``'s, 8%: any two of the levers, 34 MB, are not it). A
     right answer is then measured in a fresh process (half a minute) and the measurement shown beside it: on a
     CPU that emulates bfloat16 it reads well above the estimate (section 7)."""
-    value = as_amount(answer, "MB")
-    if answer is Ellipsis or value is None:
-        return verdict(answer, False, "", "", form="Give a number of megabytes (1 MB = 1e6 bytes), e.g. 60, or a "
-                       "string with its unit, e.g. '60 MB'.")
+    got = read(answer, "amount", unit="MB", form="Give a number of megabytes (1 MB = 1e6 bytes), e.g. 60, or a "
+               "string with its unit, e.g. '60 MB'.")
+    if got.refusal is not None:
+        return got.refusal
+    value = got.value
     from ..memory import estimate_memory
 
     levers: dict[str, Any] = {"optimizer": "sgd", "dtype_policy": "mixed_bfloat16", "accumulation_steps": 4}
@@ -83,12 +84,11 @@ def nb08_measured_peak(answer: Any, *, tolerance: float = 0.08) -> Verdict:
 def nb08_accumulation_to_fit(answer: Any) -> Verdict:
     """The full model, Adam, float32, one device: the fewest accumulation steps (a power of 2) that fit a
     12 GB card."""
-    if isinstance(answer, str):        # 'x8', '8 accumulation steps', 'accumulation x8': the notebook's own forms
-        words = [w for w in answer.lower().replace("×", "x").split() if w not in ("accumulation", "accumulations")]
-        answer = " ".join(w[1:] if w.startswith("x") and w[1:].isdigit() else w for w in words)
-    value = as_int(answer, units=("step", "steps"))
-    if value is None:
-        return verdict(answer, False, "", "", form="Give a whole number of steps, such as 2.")
+    # 'x8', '8 accumulation steps', 'accumulation x8', '×8': the notebook's own forms
+    got = read(answer, "int", words=("accumulation", "step", "x"), form="Give a whole number of steps, such as 2.")
+    if got.refusal is not None:
+        return got.refusal
+    value = got.value
     from ..memory import estimate_memory, preset_profile
 
     profile = preset_profile(FULL_MODEL)
@@ -108,9 +108,11 @@ def nb08_devices_without_zero(answer: Any) -> Verdict:
     """The full model, Adam, float32, plain data parallelism (no ZeRO): the fewest devices whose 12 GB
     cards each hold their share, among the counts that divide the global batch (Keras 3's fit refuses an
     uneven first step: notebook 02)."""
-    value = as_int(answer, units=("device", "devices", "gpu", "gpus", "replica", "replicas", "card", "cards"))
-    if value is None:
-        return verdict(answer, False, "", "", form="Give a whole number of devices, such as 2.")
+    got = read(answer, "int", words=("device", "gpu", "replica", "card"), form="Give a whole number of devices, "
+               "such as 2.")
+    if got.refusal is not None:
+        return got.refusal
+    value = got.value
     from ..memory import estimate_memory, preset_profile
 
     profile = preset_profile(FULL_MODEL)
