@@ -188,6 +188,10 @@ def _measure_now(func: str, source: str, name: str, jobs: list[tuple[str, dict, 
     def done(outcome: Any, _count: int, total: int) -> None:
         if not outcome.ok:
             reason = outcome.error.strip().splitlines()[-1] if not outcome.died else outcome.error.strip()
+            if any(word in (outcome.error or "") for word in ("ResourceExhausted", "MemoryError", "OOM when")):
+                reason = ("the model did not fit in this machine's memory (TensorFlow ran out while building or "
+                          "training it). Plan it without its weights instead: kit.estimate_memory(build, "
+                          "batch_size=...) builds nothing; or measure a smaller twin and scale up (notebook 08).")
             failures.append(f"{outcome.id}: {reason}" if total > 1 else reason)
             return
         try:

@@ -290,10 +290,18 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
                          f"({batch_size}): each step needs at least one sample. Use at most {batch_size}.")
     if isinstance(model, (list, tuple)):
         stats = list(model)
-    elif callable(model) and not hasattr(model, "weights"):
-        stats = profile(build_abstractly(func, model, dtype_policy), _caller=func)
     else:
+        if callable(model) and not hasattr(model, "weights"):
+            model = build_abstractly(func, model, dtype_policy)
         stats = profile(model, _caller=func)
+        import keras
+
+        if remat and not isinstance(model, keras.Sequential):
+            raise ArgumentTypeError(f"{func}: remat=True plans keras.Sequential models, recomputed in segments of "
+                                    "consecutive layers (kit.memory.rematerialize, what measure_memory(remat=True) "
+                                    f"runs); {short(model)} is a {type(model).__name__}, whose branches and residual "
+                                    "connections have no such segments. Wrap consecutive layers in keras.remat by "
+                                    "hand and measure it, or plan a profile (kit.memory.profile(model)) as a chain.")
     flash_attention = require_bool(func, "flash_attention", flash_attention)
     scores = sum(s.scores for s in stats if s.kind in ("MultiHeadAttention", "GroupQueryAttention"))
     if flash_attention:

@@ -98,6 +98,7 @@ def run_jobs(task: str, jobs: Sequence[Job], *, processes: int | Callable[[], in
             if raw is not None and "id" in raw:
                 lines.put((key, raw))
         server.wait()
+        server.stdout.close()                        # read to its end: closed here, not left to the collector
         lines.put((key, None))
 
     def start(key: Any) -> subprocess.Popen:
