@@ -16,7 +16,7 @@ from .memory import DTYPE_POLICIES, _optimizer_key
 from .processes import BackgroundRun
 
 __all__ = ["measure_training_step", "MemoryMeasurement", "measure_memory", "measure_levers", "start_measuring",
-           "PendingMeasurements", "start_measuring_families", "PendingFamilies"]
+           "PendingMeasurements", "start_measuring_families", "PendingFamilies", "CompiledMemory", "compiled_memory"]
 
 
 def measure_training_step(model: Any, x: Any, y: Any) -> dict[str, int]:
@@ -359,3 +359,57 @@ def start_measuring(build: Any, levers: Any, *, batch_size: int, steps: int = 2,
     _child_env(func, kernels)
     _lever_jobs(func, build, levers, batch_size, steps)
     return PendingMeasurements(build, dict(levers), batch_size, steps, processes, kernels)
+
+
+@dataclass(frozen=True)
+class CompiledMemory:
+    """XLA's buffer analysis of one compiled training step (``compiled_memory``), in bytes."""
+
+    arguments: int        # the step's inputs: variables, optimizer slots, the batch
+    outputs: int          # what it returns: the updated variables and slots, the loss
+    temporaries: int      # XLA's buffers for everything in between: activations, gradients, workspace
+    aliased: int          # outputs written over their arguments (donated buffers), counted once
+    platform: str         # the device XLA compiled for: "cpu" here, "gpu" on a GPU
+    config: dict
+
+    @property
+    def peak(self) -> int:
+        """Arguments + outputs + temporaries - aliased: what the compiled step holds at most."""
+        return self.arguments + self.outputs + self.temporaries - self.aliased
+
+    def __repr__(self) -> str:
+        from .memory import human_bytes
+
+        return (f"CompiledMemory({self.config}): peak {human_bytes(self.peak)} (arguments {human_bytes(self.arguments)}, "
+                f"outputs {human_bytes(self.outputs)}, temporaries {human_bytes(self.temporaries)}) as XLA compiled it "
+                f"for {self.platform}")
+
+
+def compiled_memory(build: Any, *, batch_size: int, optimizer: Any = "adam",
+                    dtype_policy: str = "float32") -> CompiledMemory:
+    """A second opinion beside ``estimate_memory``, without training and without the model's weights: ``build()``'s
+    model is built under Keras's JAX backend in a process of its own (abstractly: no variable gets a value), its
+    training step compiled by XLA for a batch of ``batch_size``, and the compiled program's own buffer analysis
+    (``memory_analysis()``) returned. XLA plans for the device it compiles for (this machine's CPU here; on a GPU
+    machine, the GPU) and fuses elementwise chains, so it can differ from TensorFlow's allocator either way
+    (docs/memory.md). ``build`` as for ``measure_memory``; the loss is mean squared error."""
+    from ._children import Job, run_jobs
+    from .memory import _policy_key
+    from .processes import ChildError, build_source
+
+    func = "compiled_memory"
+    source = build_source(func, build, returns="an uncompiled Keras model", runs="It")
+    batch_size = require_int(func, "batch_size", batch_size, minimum=1)
+    optimizer = _optimizer_key(func, optimizer, None)
+    dtype_policy = _policy_key(func, dtype_policy)
+    config = {"batch_size": batch_size, "optimizer": _OPTIMIZER_CLASSES[optimizer], "dtype_policy": dtype_policy}
+    env = {"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    outcome = run_jobs("xla_memory", [Job("one", {"config": config, "build_source": source,
+                                                  "build_name": build.__name__}, env)],
+                       processes=1, timeout=600, func=func)["one"]
+    if not outcome.ok:
+        reason = outcome.error.strip().splitlines()[-1] if outcome.error else "no result"
+        raise ChildError(f"{func}: {reason}")
+    values = outcome.values or {}
+    return CompiledMemory(values["arguments"], values["outputs"], values["temporaries"], values["aliased"],
+                          values["platform"], dict(config, optimizer=optimizer))

@@ -165,3 +165,26 @@ def test_own_models_profile_and_misuse():
     assert "accumulation_steps" in errors["accumulation 3 of 32"] and "divisible" in errors["accumulation 3 of 32"]
     assert "def" in errors["lambda"]
     assert any("32 replica(s) with no sample" in m for m in out["empty replicas"]), out["empty replicas"]
+
+
+def test_compiled_memory_is_a_second_opinion_beside_the_formula():
+    """XLA's buffer analysis of the compiled step (Keras on JAX, in a child; no step runs, no weight allocated)
+    lands near the planner's estimate for a GPT-style stack, and refuses a lambda before any child starts."""
+    proc = run_python("""
+        import json, sys
+        sys.path.insert(0, "tools/memfam")
+        import families, gputrain_kit as kit
+        compiled = kit.measure.compiled_memory(families.gpt_causal, batch_size=16)
+        estimate = kit.estimate_memory(families.gpt_causal, batch_size=16)
+        try:
+            kit.measure.compiled_memory(lambda: None, batch_size=16)
+            refused = ""
+        except TypeError as err:
+            refused = str(err)
+        print(json.dumps([compiled.peak, compiled.temporaries, compiled.arguments, estimate.peak, refused,
+                          compiled.platform]))
+    """, timeout=600)
+    peak, temporaries, arguments, estimate, refused, platform = last_json(proc)
+    assert platform == "cpu" and temporaries > arguments          # activations and gradients dominate the step
+    assert 1 / 2 < peak / estimate < 2, peak / estimate           # a second opinion, not a copy of the formula
+    assert refused.startswith("compiled_memory:") and "def" in refused
