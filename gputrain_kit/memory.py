@@ -182,9 +182,6 @@ def _optimizer_key(func: str, optimizer: Any, model: Any) -> str:
         name = optimizer.__name__.lower()
         if name in OPTIMIZER_SLOTS:
             return name
-        if name == "sgd":
-            raise ValueError(f"{func}: optimizer=keras.optimizers.SGD (the class) does not say its momentum; pass "
-                             "'sgd' (no momentum), 'sgd-momentum', or an instance such as SGD(momentum=0.9).")
         raise ValueError(f"{func}: optimizer {optimizer.__name__} (a class) is not one the estimate knows; pass one "
                          f"of {list(OPTIMIZER_SLOTS)}, the name whose slots per parameter match yours "
                          "(Adam-like: 2, RMSprop-like: 1).")

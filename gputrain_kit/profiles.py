@@ -84,8 +84,9 @@ def build_abstractly(func: str, build: Any, dtype_policy: str = "float32") -> An
 
     name = getattr(build, "__name__", "")
     if name == "<lambda>" or not callable(build):
-        raise ArgumentTypeError(f"{func}: model must be a Keras model, a function defined with def that builds one, "
-                                f"or a profile; got {short(build)}.")
+        what = "a lambda" if name == "<lambda>" else typed(build)
+        raise ArgumentTypeError(f"{func}: model must be a Keras model, a function defined with def that builds one "
+                                f"(def build(): return keras.Sequential(...)), or a profile; got {what}.")
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy(dtype_policy)
     try:

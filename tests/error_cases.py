@@ -64,6 +64,40 @@ case("measure.start_measuring", "processes", "processes=0", "kit.measure.start_m
 case("measure.start_measuring_families", "families", "one family as a string instead of a tuple",
      "kit.measure.start_measuring_families(job, {'Adam': {}}, batch_size=8, families='eigen')")
 case("measure_memory", "kernels", "an unknown CPU kernel family", "kit.measure_memory(job, batch_size=8, kernels='mkl')")
+case("measure.compiled_memory", "build", "a lambda", "kit.measure.compiled_memory(lambda: dense, batch_size=8)")
+case("estimate_memory", "bytes_per_value", "a dtype name that is no float", "kit.estimate_memory(dense, batch_size=8, "
+     "bytes_per_value='int8')")
+case("estimate_memory", "bytes_per_value", "bytes_per_value=0", "kit.estimate_memory(dense, batch_size=8, bytes_per_value=0)")
+case("estimate_memory", "dtype_policy", "a pure bfloat16 policy", "kit.estimate_memory(dense, batch_size=8, "
+     "dtype_policy='bfloat16')")
+case("estimate_memory", "accumulation_steps", "steps that do not divide the batch",
+     "kit.estimate_memory(dense, batch_size=32, accumulation_steps=3)")
+case("estimate_memory", "devices", "more replicas than samples (a warning)",
+     "kit.estimate_memory(dense, batch_size=32, strategy='data', devices=64)")
+case("estimate_memory", "remat", "remat=True on a functional model", "kit.estimate_memory(functional(), batch_size=8, "
+     "remat=True)")
+case("estimate_memory", "model", "a lambda that builds the model", "kit.estimate_memory(lambda: dense, batch_size=8)")
+case("estimate_memory", "optimizer", "an optimizer class the estimate does not know",
+     "kit.estimate_memory(dense, batch_size=8, optimizer=keras.optimizers.Lion)")
+case("memory_verdict", "capacity_gb", "the card's size in MiB (24 * 1024)",
+     "kit.memory_verdict(kit.estimate_memory(dense, batch_size=8), 24 * 1024)")
+case("widgets.MemoryExplorer", "preset", "a name that is no preset (your model's name)",
+     "kit.widgets.MemoryExplorer('my model')")
+case("widgets.MemoryExplorer", "preset", "your model, not built yet", "kit.widgets.MemoryExplorer(unbuilt)")
+case("widgets.MemoryExplorer", "preset", "a lambda that builds your model", "kit.widgets.MemoryExplorer(lambda: dense)")
+case("widgets.MemoryExplorer", "devices", "more devices than the slider has",
+     "kit.widgets.MemoryExplorer(dense, devices=12)")
+case("widgets.MemoryExplorer", "strategy", "an unknown strategy", "kit.widgets.MemoryExplorer(dense, strategy='model')")
+case("widgets.MemoryExplorer", "capacity_gb", "the card's size in bytes",
+     "kit.widgets.MemoryExplorer(dense, capacity_gb=40e9)")
+case("widgets.MemoryExplorer", "dtype_policy", "a plain float16 policy",
+     "kit.widgets.MemoryExplorer(dense, dtype_policy='float16')")
+case("widgets.MemoryExplorer", "accumulation_steps", "steps that do not divide the batch",
+     "kit.widgets.MemoryExplorer(dense, batch=32, accumulation_steps=3)")
+case("widgets.MemoryExplorer", "zero_stage", "ZeRO without data parallelism",
+     "kit.widgets.MemoryExplorer(dense, strategy='split', zero_stage=2)")
+case("widgets.visibility_explorer", "value", "a number instead of the variable's text",
+     "kit.widgets.visibility_explorer(value=5)")
 case("batchnorm.start_cases", "kernels", "the same family twice",
      "kit.batchnorm.start_cases(kernels=('eigen', 'eigen'))")
 case("batchnorm.run_cases", "kernels", "an unknown CPU kernel family", "kit.batchnorm.run_cases(kernels=('onednn', 'avx2'))")
@@ -121,6 +155,12 @@ case("save_verified", "", "a model not built yet", "kit.save_verified(unbuilt, o
 case("sharding.bytes_per_device", "", "a model on the TensorFlow backend", "kit.sharding.bytes_per_device(dense)")
 case("sharding.check_layout_map", "layout_map", "a dict instead of a LayoutMap",
      "kit.sharding.check_layout_map(dense, {'dense/kernel': (None, 'model')})")
+case("sharding.bytes_per_device", "include_optimizer", "include_optimizer=True on a model not compiled",
+     "kit.sharding.bytes_per_device(dense, include_optimizer=True)")
+case("sharding.expected_bytes_per_device", "mesh_shape", "a mesh_shape that is not the LayoutMap's mesh",
+     "kit.sharding.expected_bytes_per_device(dense, keras.distribution.LayoutMap(keras.distribution.DeviceMesh("
+     "(2, 4), ['batch', 'model'], [f'cpu:{i}' for i in range(8)])), {'batch': 4, 'model': 2})")
+case("sharding.check_distributed", "", "a model on the TensorFlow backend", "kit.sharding.check_distributed(dense)")
 case("load_verified", "path", "a number as the path", "kit.load_verified(dense, 123)")
 case("load_verified", "", "a file that does not exist", "kit.load_verified(dense, os.path.join(tmp, 'none.keras'))")
 case("load_verified", "", "a .keras file that is not a zip", "kit.load_verified(dense, corrupt_keras)")
