@@ -1,25 +1,25 @@
 """How much memory a model needs per device: single device, data parallel, or split across devices.
 
-Counted per device, in bytes:
+Counted per device, in bytes (docs/memory.md says how each part was checked):
 - parameters: every variable of the layers the device holds (float32 = 4 bytes each);
 - gradients: one per trainable parameter;
 - optimizer slots: Adam keeps 2 per trainable parameter (momentum, velocity), RMSprop and SGD with
   momentum 1, plain SGD 0;
-- activations: every layer's output for the device's share of the batch, counted as if all were
-  kept for the backward pass.
+- accumulators: one per trainable parameter with gradient accumulation;
+- activations: what each layer keeps for the backward pass, for the device's share of the batch: its outputs
+  and what its gradient needs inside it (``layer_costs``: attention's probabilities, float32 under mixed
+  policies, dropout masks, GELU and normalization intermediates);
+- temporaries: the largest layer's transient working set, the batch on the device and the loss, and under a
+  mixed policy the 16-bit copy of every kernel a layer casts per step.
 
-An estimate, not a bound either way. Left out: the CUDA context, cuDNN's workspace, the
-temporaries of the backward pass and of the optimizer's update, the allocator's rounding, and the
-optimizer's scalar variables (a Keras 3 optimizer on TensorFlow has two: ``iteration``, int64, and
-``learning_rate``, float32: 12 bytes), and what a layer keeps inside itself: a recurrent layer (LSTM,
-GRU) keeps its gates and states for every time step for the backward pass, which its output does not
-show (an LSTM measured 120 MB against 75 MB estimated). Counted although not always kept: outputs the backward pass
-does not need (a Dense output that only feeds a ReLU layer, for one). So a real step can need more
-or less: ``measure`` (``measure_training_step``, ``measure_memory``) asks TensorFlow's allocator.
+An estimate, not a bound either way. Left out: the CUDA context, cuDNN's workspace, the optimizer's scalar
+variables and its update's temporaries, the allocator's rounding. Layers without a rule of their own (and
+recurrent layers, by a rule of thumb) are approximated, and the estimate says so: ``measure``
+(``measure_memory``) asks TensorFlow's allocator, ``measure.compiled_memory`` XLA's buffer analysis.
 
 Strategies: ``"single"`` (one device holds everything), ``"data"`` (MirroredStrategy: every device
 holds the *whole* model, gradients and slots; the batch is split), ``"split"`` (consecutive layers
-spread over the devices, balanced by parameter count; each device keeps its layers' activations
+spread over the devices, balanced by memory; each device keeps its layers' activations
 for the whole batch).
 """
 from __future__ import annotations
@@ -46,7 +46,8 @@ class MemoryEstimate:
     devices: int
     batch_size: int
     optimizer: str
-    per_device: tuple[dict[str, int], ...]   # keys: parameters, gradients, optimizer, activations, total
+    per_device: tuple[dict[str, int], ...]   # parameters, gradients, optimizer, accumulators, activations,
+    #                                          temporaries, total
     assumptions: tuple[str, ...] = field(default=())
 
     @property
@@ -65,11 +66,11 @@ class MemoryEstimate:
         gb = lambda b: f"{b / size:7.2f} {unit:>2}"
         lines = [f"{self.strategy} on {self.devices} device(s), batch {self.batch_size}, {self.optimizer}:",
                  f"  {'device':<7}{'params':>11}{'grads':>11}{'optimizer':>11}{'accum.':>11}{'activ.':>11}"
-                 f"{'total':>11}"]
+                 f"{'temp.':>11}{'total':>11}"]
         for i, d in enumerate(self.per_device):
             lines.append(f"  {i:<7}" + "".join(f"{gb(d.get(k, 0)):>11}" for k in
                                                ("parameters", "gradients", "optimizer", "accumulators",
-                                                "activations", "total")))
+                                                "activations", "temporaries", "total")))
         return "\n".join(lines)
 
 

@@ -70,12 +70,100 @@ def test_mirrored_strategy_keeps_the_whole_model_state_on_every_device():
         for v in m.weights + [v for v in m.optimizer.variables if len(v.shape) > 0]:
             for c in strategy.experimental_local_results(v.value):
                 held[short_device(c.device)] = held.get(short_device(c.device), 0) + c.numpy().nbytes
-        single = kit.estimate_memory(kit.training.build_digits_model(), batch_size=1).per_device[0]
-        print(json.dumps({"held": held, "state": single["parameters"] + single["optimizer"]}))
+        model = kit.training.build_digits_model()
+        single = kit.estimate_memory(model, batch_size=64).per_device[0]
+        trainable = sum(v.numpy().nbytes for v in model.trainable_weights)
+        print(json.dumps({"held": held, "state": single["parameters"] + single["optimizer"],
+                          "gradients": single["gradients"], "trainable": trainable,
+                          "batch_parts": [single["activations"], single["temporaries"]]}))
     """)
     out = last_json(proc)
     assert out["held"] == {f"CPU:{i}": out["state"] for i in range(4)}
+    # section 4's first cell: the estimate's gradients are the trainable variables' bytes; the two parts that grow
+    # with the batch, activations and temporaries, are both counted
+    assert out["gradients"] == out["trainable"] and min(out["batch_parts"]) > 0
 
+
+
+def _nb03_prose() -> str:
+    """Notebook 03's markdown, whitespace collapsed (a quoted number may be broken over two lines)."""
+    import json
+    from pathlib import Path
+
+    cells = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "03_device_parallel.ipynb").read_text(
+        encoding="utf-8"))["cells"]
+    text = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    return " ".join(text.split())
+
+
+def _fullest(estimate):
+    index = max(range(estimate.devices), key=lambda i: estimate.per_device[i]["total"])
+    return index, estimate.per_device[index]
+
+
+def _state(part):
+    return part["parameters"] + part["gradients"] + part["optimizer"]
+
+
+def test_inception_v3_claims_hold_and_the_prose_quotes_the_planners_numbers():
+    """Notebook 03, section 4: the Q&A thread's InceptionV3 at a global batch of 96 on 12 GB cards. Every number
+    the prose quotes is computed here from the planner, so a planner change that moves one fails this test."""
+    from gputrain_kit.memory import estimate_memory, preset_profile
+
+    inception = preset_profile("inception_v3")
+    single = estimate_memory(inception, batch_size=96)
+    data = estimate_memory(inception, batch_size=96, strategy="data", devices=4)
+    times_four = estimate_memory(inception, batch_size=4 * 96, strategy="data", devices=4)
+    split = estimate_memory(inception, batch_size=96, strategy="split", devices=4)
+    # one card runs out; data parallel at the same global batch fits, batch_size*G does not; a split fits
+    assert not single.fits(12) and data.fits(12) and not times_four.fits(12) and split.fits(12)
+    assert times_four.per_device == (single.per_device[0],) * 4              # batch_size*G: nothing shrinks
+    one, shared = single.per_device[0], data.per_device[0]
+    # "almost all of it activations and temporaries": the model state is small
+    assert one["activations"] + one["temporaries"] > 0.95 * one["total"] and _state(one) < 0.05 * one["total"]
+    # the split's fullest device is #0 (the first layers: large outputs, few weights), fuller than a data-parallel
+    # device, more by its temporaries (its layers run on all 96 examples) than by its activations
+    index, first = _fullest(split)
+    assert index == 0 and round(_state(first) / 1e9, 2) == 0.0
+    assert split.peak > data.peak
+    assert first["temporaries"] - shared["temporaries"] > first["activations"] - shared["activations"] > 0
+    prose = _nb03_prose()
+    gb = lambda n: f"{n / 1e9:.2f}"
+    for quoted in (f"model state is small, {gb(_state(one))} GB",
+                   f"96 (24 per device): {gb(data.peak)} GB, which fits a 12 GB card",
+                   f"activations and temporaries, {gb(times_four.peak)} GB, and runs out",
+                   "a model state that rounds to 0.00 GB",
+                   f"{gb(split.peak)} against {gb(data.peak)} GB",
+                   f"{gb(first['temporaries'])} against {gb(shared['temporaries'])} GB",
+                   f"{gb(first['activations'])} against {gb(shared['activations'])} GB",
+                   f"{gb(single.peak)} GB estimated, almost all of it activations ({gb(one['activations'])} GB) and "
+                   f"temporaries ({gb(one['temporaries'])} GB)"):
+        assert quoted in prose, quoted
+
+
+def test_dense_stack_claims_hold_and_the_prose_quotes_the_planners_numbers():
+    """Notebook 03, section 4 and exercises 1 and 4: the 1.6-billion-parameter stack keeps its whole model state on
+    every data-parallel device at any batch; only a split fits 12 GB cards; 2 ways need less than data x4; 3 ways
+    hold a third of the state each and fit with about 3 GB to spare."""
+    from gputrain_kit.memory import estimate_memory, preset_profile
+
+    stack = preset_profile("dense_stack")
+    whole = _state(estimate_memory(stack, batch_size=32).per_device[0])
+    for batch in (32, 128):
+        e = estimate_memory(stack, batch_size=batch, strategy="data", devices=4)
+        assert not e.fits(12) and all(_state(d) == whole for d in e.per_device)
+    assert not estimate_memory(stack, batch_size=32).fits(12)
+    assert estimate_memory(stack, batch_size=32, strategy="split", devices=4).fits(12)
+    two = estimate_memory(stack, batch_size=32, strategy="split", devices=2)
+    assert two.peak < estimate_memory(stack, batch_size=32, strategy="data", devices=4).peak       # exercise 1
+    three = estimate_memory(stack, batch_size=32, strategy="split", devices=3)
+    assert three.fits(12) and all(f"{_state(d) / 1e9:.2f}" == f"{whole / 3e9:.2f}" for d in three.per_device)
+    assert check.nb03_split_state_gb(_state(three.per_device[0]) / 1e9)                              # exercise 4
+    prose = _nb03_prose()
+    for quoted in (f"keeps its {whole / 1e9:.1f} GB on *every* device", f"About `{whole / 3e9:.2f}` GB",
+                   f"a third of the {whole / 1e9:.1f} GB",
+                   f"fits a 12 GB card, with about {round(12 - three.peak / 1e9)} GB to spare"):
+        assert quoted in prose, quoted
 
 @pytest.mark.xfail(KERAS < (3, 15), strict=True, reason=(
     "Keras before 3.15 cannot construct keras.distribution.DataParallel or ModelParallel on the TensorFlow backend: "
