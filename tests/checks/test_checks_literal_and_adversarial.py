@@ -63,6 +63,9 @@ def _live():
         "ethernet": predict_curve("VGG-16", "25 Gbit/s Ethernet (servers)", 64, 8, 0.1)[-1].efficiency,
         "peak_mb": estimate_memory(check.twin(), batch_size=2048, optimizer="sgd", dtype_policy="mixed_bfloat16",
                                    accumulation_steps=4).peak / 1e6,
+        # exercise 1 with mixed precision left out: 3% above the right answer (the kernel copies eat its saving)
+        "peak_no_mixed_mb": estimate_memory(check.twin(), batch_size=2048, optimizer="sgd",
+                                            accumulation_steps=4).peak / 1e6,
     }
 
 
@@ -165,7 +168,7 @@ CASES = {
     "nb08_measured_peak": ([round(PEAK, 1), f"{PEAK:.1f}", f"{PEAK:.1f} MB", f"{PEAK / 1000:.4f} GB",
                             f"about {PEAK:.0f} MB", PEAK * 1e6],
                            [f"{PEAK:.1f} GB", f"{PEAK:.1f} GHz", f"{PEAK * 1e6:.0f} MB", 15, 2 * PEAK, PEAK / 2,
-                            f"not {PEAK:.1f}"]),
+                            f"not {PEAK:.1f}", round(LIVE["peak_no_mixed_mb"], 1)]),
     "nb08_accumulation_to_fit": ([ACC, str(ACC), f"x{ACC}", f"X{ACC}", f"{ACC}x", f"×{ACC}", f"{ACC} steps",
                                   f"{ACC} accumulation steps", f"accumulation x{ACC}"],
                                  [ACC // 2, ACC * 2, f"{ACC} devices", f"{ACC} GB", f"not {ACC}", ACC + 0.5]),

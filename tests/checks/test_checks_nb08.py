@@ -9,10 +9,20 @@ import pytest
 
 import gputrain_kit.measure as measure
 from gputrain_kit import check
+from gputrain_kit.check.nb08 import PEAK_TOLERANCE
 from gputrain_kit.measure import MemoryMeasurement
 from gputrain_kit.memory import estimate_memory, preset_profile
 
 FULL = preset_profile(check.FULL_MODEL)
+
+
+def _fits(**levers) -> bool:
+    return estimate_memory(FULL, batch_size=32768, **levers).fits(12)
+
+
+# The right answers, computed as the checks compute them (the planner may move them): never written down.
+ACC = next(k for k in (2 ** i for i in range(12)) if _fits(accumulation_steps=k))
+DEV = next(n for n in range(1, 9) if 32768 % n == 0 and _fits(strategy="data", devices=n))
 
 
 def test_the_full_model_is_the_twin_scaled_16_times_in_width():
@@ -21,37 +31,42 @@ def test_the_full_model_is_the_twin_scaled_16_times_in_width():
     globals()["keras"] = keras
     twin = check.twin()
     assert [layer.units for layer in twin.layers] == [512] * 8 + [16]
-    assert [s.activations for s in FULL] == [8192] * 8 + [16]
+    assert [s.activations for s in FULL if s.kind != "loss"] == [8192] * 8 + [16]
     ratio = estimate_memory(FULL, batch_size=32768).peak / estimate_memory(twin, batch_size=2048).peak
-    assert 250 < ratio < 257                      # every part about 1/256 (biases and the head scale less)
+    assert 250 < ratio < 257                      # every part about 1/256 (biases, the head and the loss scale less)
 
 
-@pytest.mark.parametrize("answer", [8, "8", 8.0, np.int64(8), "16/2", "8 steps", "x8", "X8", "8 accumulation steps",
-                                    "accumulation x8", "×8"])
+@pytest.mark.parametrize("answer", [ACC, str(ACC), float(ACC), np.int64(ACC), f"{2 * ACC}/2", f"{ACC} steps",
+                                    f"x{ACC}", f"X{ACC}", f"{ACC} accumulation steps", f"accumulation x{ACC}",
+                                    f"×{ACC}"])
 def test_accumulation_to_fit_right_in_every_form(answer):
     assert check.nb08_accumulation_to_fit(answer)
 
 
 def test_accumulation_to_fit_is_the_first_power_of_two_that_fits():
-    assert not estimate_memory(FULL, batch_size=32768, accumulation_steps=4).fits(12)
-    assert estimate_memory(FULL, batch_size=32768, accumulation_steps=8).fits(12)
-    for wrong in (2, 4, 16):
+    assert not _fits(accumulation_steps=ACC // 2) and _fits(accumulation_steps=ACC)
+    for wrong in (ACC // 4, ACC // 2, ACC * 2):
         v = check.nb08_accumulation_to_fit(wrong)
-        assert not v and repr(v).startswith("Not yet.") and "8" not in repr(v)
+        assert not v and repr(v).startswith("Not yet.") and str(ACC) not in repr(v)
 
 
-@pytest.mark.parametrize("answer", [4, "4", np.int32(4), "4 devices", "4 GPUs", "4 replicas", "4 cards"])
+@pytest.mark.parametrize("answer", [DEV, str(DEV), np.int32(DEV), f"{DEV} devices", f"{DEV} GPUs", f"{DEV} replicas",
+                                    f"{DEV} cards"])
 def test_devices_without_zero_right(answer):
     assert check.nb08_devices_without_zero(answer)
 
 
 def test_devices_without_zero_wrong_and_forms():
-    """3 devices would hold their share, but 32,768 does not split evenly over 3, which fit refuses (notebook
-    02): a newcomer's review found the check accepting 3 against notebook 02's own rule."""
-    assert not estimate_memory(FULL, batch_size=32768, strategy="data", devices=2).fits(12)
-    assert estimate_memory(FULL, batch_size=32768, strategy="data", devices=3).fits(12)
+    """32,768 does not split evenly over 3, which fit refuses (notebook 02): a newcomer's review found the check
+    accepting 3 against notebook 02's own rule, when 3 devices held their share. Since the planner counts the
+    step's temporaries 3 do not hold it either, and the hint then says both."""
+    assert not _fits(strategy="data", devices=DEV // 2) and _fits(strategy="data", devices=DEV)
     three = check.nb08_devices_without_zero(3)
     assert not three and "split evenly over 3 replicas" in repr(three)
+    if _fits(strategy="data", devices=3):
+        assert repr(three).count("Does 32,768 split evenly over 3 replicas?") == 1
+    else:
+        assert "Every replica holds" in repr(three)
     assert repr(check.nb08_devices_without_zero(2)).startswith("Not yet.")
     assert repr(check.nb08_devices_without_zero("two")).startswith("Not a form")
     assert repr(check.nb08_devices_without_zero(...)).startswith("Not answered yet")
@@ -68,8 +83,9 @@ def test_measured_peak_does_not_measure_before_an_answer(monkeypatch):
 def test_measured_peak_judges_the_estimate_and_measures_only_a_right_answer(monkeypatch):
     """Readers answered the start's 67 MB (and a single lever's 51 MB) and were told "Correct" by a band around a
     measurement that emulated bf16 moves; another read 46 MB off a printed table. Three levers at once (SGD,
-    mixed_bfloat16, accumulation x4), a combination no cell prints, are judged against the estimate within 8%:
-    any two of them, or one, are refused; only a right answer is measured, the measurement shown beside it."""
+    mixed_bfloat16, accumulation x4), a combination no cell prints, are judged against the estimate within 2% (with
+    the temporaries counted, leaving out mixed precision lands 3% above): any two of them, or one, are refused; only
+    a right answer is measured, the measurement shown beside it."""
     from gputrain_kit import estimate_memory
 
     calls = []
@@ -101,20 +117,23 @@ def test_measured_peak_judges_the_estimate_and_measures_only_a_right_answer(monk
     in_bytes = check.nb08_measured_peak(mb * 1e6)
     assert in_bytes and calls == [{"batch_size": 2048, **levers}]
     wrong_bytes = check.nb08_measured_peak(0.7 * mb * 1e6)
-    assert not wrong_bytes and f"bytes ({0.7 * mb:g} MB) is more than 8% below" in repr(wrong_bytes)
+    assert not wrong_bytes and f"bytes ({0.7 * mb:g} MB) is more than {PEAK_TOLERANCE:.0%} below" in repr(wrong_bytes)
     assert not check.nb08_measured_peak(f"{mb * 1e6:.0f} MB")                  # said in MB: taken at its word
-    assert check.nb08_measured_peak(mb * 1.07) and not check.nb08_measured_peak(mb * 1.07, tolerance=0.05)
+    near = mb * (1 + 0.9 * PEAK_TOLERANCE)
+    assert check.nb08_measured_peak(near) and not check.nb08_measured_peak(near, tolerance=PEAK_TOLERANCE / 2)
+    assert not check.nb08_measured_peak(mb * (1 + 1.1 * PEAK_TOLERANCE))
 
 
 def test_a_right_answer_that_fits_only_without_the_margin_is_called_tight():
-    """A reader noticed that exercises 2 and 3 ask for configurations section 10 calls unsafe (11.8 and 10.7 of
-    12 GB): the right answer says so, and names the margin; a configuration under it would not be called tight."""
-    for right in (check.nb08_accumulation_to_fit(8), check.nb08_devices_without_zero(4)):
+    """A reader noticed that exercises 2 and 3 ask for configurations section 10 calls unsafe (both within
+    15% of 12 GB): the right answer says so, and names the margin; a configuration under it would not be called tight."""
+    for right in (check.nb08_accumulation_to_fit(ACC), check.nb08_devices_without_zero(DEV)):
         assert right and "tight" in repr(right) and "within 15%" in repr(right)
     from gputrain_kit.check.nb08 import _tight as nb08_tight
 
     assert nb08_tight(0.85 * 12) == "" and nb08_tight(0.86 * 12)
-    assert "x8" not in repr(check.nb08_accumulation_to_fit("x4")) and not check.nb08_accumulation_to_fit("x4")
+    smaller = check.nb08_accumulation_to_fit(f"x{ACC // 2}")
+    assert not smaller and f"x{ACC}" not in repr(smaller) and str(ACC) not in repr(smaller)
 
 
 def test_the_measured_peak_hint_names_the_method_or_the_one_slip_not_the_terms():
@@ -130,22 +149,24 @@ def test_the_measured_peak_hint_names_the_method_or_the_one_slip_not_the_terms()
     levers = {"optimizer": "sgd", "dtype_policy": "mixed_bfloat16", "accumulation_steps": 4}
     mb = estimate(**levers).peak / 1e6
     no_gradients = mb - estimate().per_device[0]["gradients"] / 1e6
-    # leaving out accumulation and leaving out mixed precision land on the same number (a reader's 33.7 MB): the
-    # hint names neither, only that two of the three levers were taken
+    # the hint never names which lever was left out, only that two of the three were taken; leaving out mixed
+    # precision lands just above the band (its kernel copies cost about what halving the activations saves)
     no_accumulation = estimate(optimizer="sgd", dtype_policy="mixed_bfloat16").peak / 1e6
     no_mixed = estimate(optimizer="sgd", accumulation_steps=4).peak / 1e6
-    assert abs(no_accumulation - no_mixed) < 0.01 * mb
+    no_sgd = estimate(dtype_policy="mixed_bfloat16", accumulation_steps=4).peak / 1e6
+    assert PEAK_TOLERANCE * mb < no_mixed - mb < 2 * PEAK_TOLERANCE * mb
     for slip, named in ((no_gradients, "Does an accumulator replace the step's gradients?"),
-                        (no_mixed, "two of the three levers"), (no_accumulation, "two of the three levers")):
+                        (no_mixed, "two of the three levers"), (no_accumulation, "two of the three levers"),
+                        (no_sgd, "two of the three levers")):
         for answer in (slip, round(slip)):
             verdict = check.nb08_measured_peak(answer)
             assert not verdict and named in repr(verdict) and f"{mb:.1f}" not in repr(verdict), answer
 
 
 def test_a_count_that_fits_but_is_not_the_fewest_is_told_so():
-    assert "fit, but so does a smaller" in repr(check.nb08_accumulation_to_fit(16))
-    assert "fit, but so does a smaller" not in repr(check.nb08_accumulation_to_fit(4))     # 4 does not fit
-    assert "fit, but so do fewer" in repr(check.nb08_devices_without_zero(8))
+    assert "fit, but so does a smaller" in repr(check.nb08_accumulation_to_fit(2 * ACC))
+    assert "fit, but so does a smaller" not in repr(check.nb08_accumulation_to_fit(ACC // 2))     # does not fit
+    assert "fit, but so do fewer" in repr(check.nb08_devices_without_zero(2 * DEV))
     assert "split evenly over 3" in repr(check.nb08_devices_without_zero(3))
 
 

@@ -187,3 +187,106 @@ def test_rematscope_activations_saves_nothing_on_the_twin(family):
         plain = kit.measure_memory(twin, batch_size=batch, kernels=family).peak_bytes
         scoped = kit.measure_memory(twin_remat_activations, batch_size=batch, kernels=family).peak_bytes
         assert scoped >= 0.95 * plain, (family, batch, plain, scoped)
+
+
+# Notebook 08's full model on one NVIDIA H200, Keras 3.15.1 on JAX (not TensorFlow), peak bytes per configuration:
+# the record in ../shared/gpu/2026-11-27-h200-keras-jax-nb08.md (docs/memory.md), quoted by sections 1, 7 and 10.
+H200_PEAKS = {(): 19_606_812_928, (("optimizer", "sgd"),): 14_266_149_632,
+              (("dtype_policy", "mixed_bfloat16"),): 15_446_587_392,
+              (("accumulation_steps", 4),): 16_651_406_080, (("batch_size", 16384),): 13_158_068_736,
+              (("dtype_policy", "mixed_bfloat16"), ("optimizer", "sgd")): 10_642_285_568,
+              (("accumulation_steps", 4), ("dtype_policy", "mixed_bfloat16")): 15_844_529_408,
+              (("accumulation_steps", 4), ("dtype_policy", "mixed_bfloat16"), ("optimizer", "sgd")): 11_279_285_248}
+
+
+def _full(**levers):
+    """Notebook 08's full_estimate: the full model's estimate with some levers changed from the start."""
+    from gputrain_kit.memory import dense_stack_profile, estimate_memory
+
+    return estimate_memory(dense_stack_profile(8, 8192, head=16),
+                           **{"batch_size": 32768, "optimizer": "adam", **levers})
+
+
+def test_the_planner_numbers_the_prose_tells():
+    """Sections 1 to 10 quote the planner (issue 45: it counts the step's temporaries): what the temporaries are,
+    which part is largest, which lever fits, the walk and the pairs. Each sentence's claim, computed live."""
+    from itertools import product
+
+    from gputrain_kit.memory import TIGHT_SHARE, memory_verdict
+
+    tight = TIGHT_SHARE * 12e9
+    start = _full()
+    d = start.per_device[0]
+    state = d["parameters"] + d["gradients"] + d["optimizer"]
+    # section 1: the temporaries, told: the batch and the loss's three tensors (float32), the largest Dense layer's
+    # output and input gradients; with them the activations are the largest part (the walk starts there)
+    batch_and_loss, working_set = 32768 * (8192 + 3 * 16) * 4, 32768 * 2 * 8192 * 4
+    assert d["temporaries"] == batch_and_loss + working_set
+    assert "mostly activations" in memory_verdict(start, 12) and d["activations"] + d["temporaries"] > 1.3 * state
+    # section 4: the working set halves, the batch and the loss stay float32, the kernels' 16-bit copy (half the
+    # parameters) comes in: the temporaries stay where they were, and model state becomes the largest part
+    mixed = _full(dtype_policy="mixed_bfloat16")
+    m = mixed.per_device[0]
+    assert m["temporaries"] == working_set // 2 + batch_and_loss + d["parameters"] // 2
+    assert abs(m["temporaries"] - d["temporaries"]) < 0.001 * d["temporaries"]
+    assert "mostly model state" in memory_verdict(mixed, 12)
+    # sections 2 to 7: no lever alone fits; accumulation x4 takes the most off
+    singles = {"SGD": {"optimizer": "sgd"}, "mixed_bfloat16": {"dtype_policy": "mixed_bfloat16"},
+               "recomputation": {"remat": True}, "accumulation x4": {"accumulation_steps": 4}}
+    saved = {name: start.peak - _full(**lever).peak for name, lever in singles.items()}
+    assert not any(_full(**lever).fits(12) for lever in singles.values())
+    assert max(saved, key=saved.get) == "accumulation x4"
+    # section 10's walk: mixed precision and SGD are tight, so is accumulation x2; x4 fits with room
+    pick = {"dtype_policy": "mixed_bfloat16", "optimizer": "sgd"}
+    for k, fits_with_room in ((1, False), (2, False), (4, True)):
+        estimate = _full(**pick, accumulation_steps=k)
+        assert estimate.fits(12) and (estimate.peak <= tight) == fits_with_room, k
+    assert "mostly activations" in memory_verdict(_full(**pick), 12)
+    # the pairs: every pair that keeps Adam is too big; SGD + accumulation x4 fits with room
+    assert _full(optimizer="sgd", accumulation_steps=4).peak <= tight
+    for a, b in (("mixed_bfloat16", "recomputation"), ("mixed_bfloat16", "accumulation x4"),
+                 ("recomputation", "accumulation x4")):
+        assert not _full(**singles[a], **singles[b]).fits(12), (a, b)
+    # with Adam nothing fits one card with room; section 9's split over 2 is tight, with mixed precision it has room
+    for policy, remat, k in product(("float32", "mixed_bfloat16"), (False, True), (1, 2, 4, 8, 16, 32, 64)):
+        assert _full(dtype_policy=policy, remat=remat, accumulation_steps=k).peak > tight, (policy, remat, k)
+    split = _full(strategy="split", devices=2)
+    assert tight < split.peak <= 12e9
+    assert _full(strategy="split", devices=2, dtype_policy="mixed_bfloat16").peak <= tight
+
+
+def test_the_h200_record_as_the_prose_quotes_it():
+    """Sections 1, 7 and 10 and the summary: the record (Keras on JAX) against the planner. Within 5% at the start
+    and under mixed precision; mixed precision takes about 21% off, both ways; the recipe's pair measured below its
+    estimate, with accumulation above (every accumulation row about 1.2x); the other rows 0.89 to 1.24x."""
+    ratios = {levers: peak / _full(**dict(levers)).peak for levers, peak in H200_PEAKS.items()}
+    start, mixed = (), (("dtype_policy", "mixed_bfloat16"),)
+    assert all(abs(ratios[key] - 1) < 0.05 for key in (start, mixed))
+    measured_saving = 1 - H200_PEAKS[mixed] / H200_PEAKS[start]
+    estimated_saving = 1 - _full(dtype_policy="mixed_bfloat16").peak / _full().peak
+    assert round(measured_saving, 2) == round(estimated_saving, 2) == 0.21
+    pair = (("dtype_policy", "mixed_bfloat16"), ("optimizer", "sgd"))
+    with_accumulation = (("accumulation_steps", 4),) + pair
+    assert ratios[pair] < 1 < ratios[with_accumulation] and H200_PEAKS[with_accumulation] > H200_PEAKS[pair]
+    assert all(1.15 < r < 1.3 for levers, r in ratios.items() if dict(levers).get("accumulation_steps"))
+    others = [r for levers, r in ratios.items() if levers not in (start, mixed)]
+    assert (round(min(others), 2), round(max(others), 2)) == (0.89, 1.24)
+
+
+def test_the_notebooks_solutions_are_the_checks_answers():
+    """The exercises' solutions and the text around them quote the answers the checks compute live."""
+    import json
+
+    from gputrain_kit import check
+    from gputrain_kit.check.nb08 import PEAK_TOLERANCE
+    from gputrain_kit.memory import estimate_memory
+
+    notebook = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "08_memory_levers.ipynb").read_text())
+    text = "\n".join("".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "markdown")
+    accumulation = next(k for k in (2 ** i for i in range(12)) if _full(accumulation_steps=k).fits(12))
+    devices = next(n for n in range(1, 9) if 32768 % n == 0 and _full(strategy="data", devices=n).fits(12))
+    peak = estimate_memory(check.twin(), batch_size=2048, optimizer="sgd", dtype_policy="mixed_bfloat16",
+                           accumulation_steps=4).peak / 1e6
+    assert f"`{accumulation}`: model state" in text and f"`{devices}`: every device" in text
+    assert f"About {peak:.1f} MB" in text and f"Within {PEAK_TOLERANCE:.0%} of the estimate" in text.replace("\n", " ")
+    assert check.nb08_accumulation_to_fit(accumulation) and check.nb08_devices_without_zero(devices)
