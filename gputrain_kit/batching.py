@@ -42,6 +42,48 @@ def input_path(func: str, via: Any) -> str:
     return "dataset" if via == "fit" else require_choice(func, "via", via, VIAS)
 
 
+def plan_arguments(func: str, n_samples: Any, global_batch: Any) -> tuple[int, int]:
+    """``n_samples`` and ``global_batch`` checked as every batch plan checks them (``func`` names the caller in
+    the messages): whole numbers of at least 1."""
+    return (require_int(func, "n_samples", n_samples, minimum=1),
+            require_int(func, "global_batch", global_batch, minimum=1))
+
+
+#: How each function that takes a batch plan's numbers orders them, for the swapped-arguments warning.
+ARGUMENT_ORDERS = {"plan_batches": "(n_samples, global_batch, replicas)",
+                   "check_batch_plan": "(n_samples, global_batch, replicas)",
+                   "distributed_split": "(strategy, n_samples, global_batch)"}
+
+
+def warn_if_swapped(func: str, n_samples: int, global_batch: int, replicas: int, *, stacklevel: int = 3,
+                    replicas_from: str = "") -> None:
+    """The one rule for arguments that look swapped: a global batch below the replica count (some replica gets no
+    data in every step) or above the data (one step holds it all) warns ArgumentOrderWarning, naming the order of
+    ``func``'s arguments. ``replicas_from``: where the replica count came from when it is no argument of ``func``
+    (``distributed_split``: "the strategy's"). ``stacklevel`` as for ``warnings.warn``, counted from the caller."""
+    if replicas <= global_batch <= n_samples:
+        return
+    import warnings
+
+    replicas_text = f"{replicas_from} {replicas} replicas" if replicas_from else f"replicas={replicas}"
+    why = (f"global_batch={global_batch} is smaller than {replicas_text}: some replica gets no data in "
+           "every step" if global_batch < replicas else
+           f"global_batch={global_batch} is larger than n_samples={n_samples}: one step holds all the data")
+    order = ARGUMENT_ORDERS.get(func, ARGUMENT_ORDERS["plan_batches"])
+    warnings.warn(f"{func}: {why}. The arguments are {order}: were two swapped?", ArgumentOrderWarning,
+                  stacklevel=stacklevel + 1)
+
+
+def require_divisible(func: str, global_batch: int, replicas: int) -> None:
+    """via='function': ``InputContext.get_per_replica_batch_size`` refuses a global batch the replicas cannot
+    share; said in the kit's words before TensorFlow says it."""
+    if global_batch % replicas:
+        raise ValueError(
+            f"{func}: via='function' needs global_batch divisible by replicas, got global_batch="
+            f"{global_batch} and replicas={replicas}; InputContext.get_per_replica_batch_size raises for this. "
+            f"Use a global batch that is a multiple of {replicas}, e.g. {global_batch - global_batch % replicas or replicas}.")
+
+
 def plan_batches(n_samples: int, global_batch: int, replicas: int,
                  drop_remainder: bool = False, *, via: str = "dataset", _caller: str = "") -> list[list[int]]:
     """Per-replica batch sizes for every step of one epoch, as tf.distribute splits them.
@@ -59,19 +101,11 @@ def plan_batches(n_samples: int, global_batch: int, replicas: int,
     (17, 16)
     """
     func = _caller or "plan_batches"
-    n_samples = require_int(func, "n_samples", n_samples, minimum=1)
-    global_batch = require_int(func, "global_batch", global_batch, minimum=1)
+    n_samples, global_batch = plan_arguments(func, n_samples, global_batch)
     replicas = require_int(func, "replicas", replicas, minimum=1)
     drop_remainder = require_bool(func, "drop_remainder", drop_remainder)
     via = input_path(func, via)
-    if global_batch < replicas or global_batch > n_samples:
-        import warnings
-
-        why = (f"global_batch={global_batch} is smaller than replicas={replicas}: some replica gets no data in "
-               "every step" if global_batch < replicas else
-               f"global_batch={global_batch} is larger than n_samples={n_samples}: one step holds all the data")
-        warnings.warn(f"{func}: {why}. The arguments are (n_samples, global_batch, replicas): were two swapped?",
-                      ArgumentOrderWarning, stacklevel=3 if not _caller else 4)
+    warn_if_swapped(func, n_samples, global_batch, replicas, stacklevel=3 if not _caller else 4)
     if via == "function":
         return _plan_per_replica_batches(n_samples, global_batch, replicas, drop_remainder, func)
     full, rest = divmod(n_samples, global_batch)
@@ -85,11 +119,7 @@ def plan_batches(n_samples: int, global_batch: int, replicas: int,
 def _plan_per_replica_batches(n_samples: int, global_batch: int, replicas: int,
                               drop_remainder: bool, func: str = "plan_batches") -> list[list[int]]:
     """distribute_datasets_from_function: whole per-replica batches dealt to the replicas in order."""
-    if global_batch % replicas:
-        raise ValueError(
-            f"{func}: via='function' needs global_batch divisible by replicas, got global_batch="
-            f"{global_batch} and replicas={replicas}; InputContext.get_per_replica_batch_size raises for this. "
-            f"Use a global batch that is a multiple of {replicas}, e.g. {global_batch - global_batch % replicas or replicas}.")
+    require_divisible(func, global_batch, replicas)
     per_replica = global_batch // replicas
     full, rest = divmod(n_samples, per_replica)
     if drop_remainder:  # static batch shapes: tf.distribute then drops a step that cannot fill every replica

@@ -30,13 +30,13 @@ from typing import Any, Callable, Iterable
 from ._args import require_choice, require_int, short
 from .cpu_kernels import FAMILIES, FAMILY_NAMES, family_env
 from .processes import BackgroundRun
+from .bn_own_model import (AS_BUILT, DEVICES, _refuse_uncompiled, _users_data_file, _users_model,  # noqa: F401
+                           _UsersModel, load_users_data)
 
 __all__ = ["MODELS", "BN_SETTINGS", "BATCHINGS", "DEFAULT_CASES", "AS_BUILT", "CaseResult", "Matrix", "bn_model", "run_cases",
            "start_cases", "PendingCases"]
 
 MODELS = ("dense", "conv")
-#: The devices (replicas) every case trains on.
-DEVICES = 4
 BN_SETTINGS = ("no BN", "scale=False", "scale=True", "synchronized")
 
 
@@ -92,6 +92,7 @@ class CaseResult:
     later_fit: str               # after a crash: "works" or the error a second fit raises
     kernels: str = ""            # the CPU kernel family the case ran with: "onednn" or "eigen"
     rows: int = 1030             # the samples trained on (the kit's cases: 1030)
+    diverged: tuple[str, ...] = ()   # trainable variables whose replicas' copies differ (a crash mid-step)
 
     @property
     def case(self) -> tuple[str, str, str]:
@@ -163,6 +164,7 @@ def _classify(raw: dict[str, Any], kernels: str = "") -> CaseResult:
 
     kind, bn, batching = raw["case"]
     losses, rows = tuple(raw["losses"]), int(raw.get("rows", 1030))
+    diverged = tuple(raw.get("diverged", ()))
     if raw["error"]:
         outcome, detail = "crash", raw["error"]
         if raw["nan_copies"]:
@@ -184,77 +186,20 @@ def _classify(raw: dict[str, Any], kernels: str = "") -> CaseResult:
         outcome = "healthy"
         detail = f"all copies finite; replicas drift apart by {raw['spread']:.2f}" if raw["spread"] > 1e-6 \
             else "all copies finite and identical"
+    if diverged:
+        detail += " | " + _divergence(diverged)
     return CaseResult(kind, bn, batching, outcome, detail, losses, raw["nan_copies"], float(raw["spread"]),
-                      raw["nan_rows"], raw["later_fit"], kernels, rows)
+                      raw["nan_rows"], raw["later_fit"], kernels, rows, diverged)
+
+
+def _divergence(paths: tuple[str, ...]) -> str:
+    """What a case's detail says when trainable copies differ between replicas (``ReplicaReport.diverged``)."""
+    listed = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+    return (f"the replicas' copies of trainable {listed} now differ (a step stopped half way updated some "
+            "replicas, not others): rebuild the model or reload its weights before using it")
 
 
 #: The BatchNorm column of a learner's model: the model as their build() makes it.
-AS_BUILT = "as built"
-
-
-@dataclass(frozen=True)
-class _UsersModel:
-    """A learner's build() and data, checked (``run_cases(build=..., data=...)``)."""
-    source: str
-    name: str
-    x: Any
-    y: Any
-    batch_size: int
-    loss: str
-    given: int = 0                 # samples passed, before the cut to whole batches + DEVICES - 1
-
-    def note(self, families: tuple[str, ...] | None) -> str:
-        """What the matrix of this model says above its table: how the data was cut, and the kernels."""
-        steps = (len(self.x) - (DEVICES - 1)) // self.batch_size
-        from .cpu_kernels import expected_family
-
-        kernels = ("under " + " and ".join(FAMILY_NAMES.get(f, f) for f in families) + " kernels" if families else
-                   f"under this process's CPU kernels, {FAMILY_NAMES[expected_family()]} (kernels=('onednn', 'eigen') "
-                   "runs both families)")
-        return (f"Your data: {self.given} samples, cut to {len(self.x)} = {steps} x {self.batch_size} + "
-                f"{DEVICES - 1}, so that the last step splits [1, 1, 1, 0] (the trap, on purpose; whether your "
-                f"own data size hits it: check_batch_plan({self.given}, {self.batch_size}, {DEVICES})); {kernels}.")
-
-
-def _users_model(func: str, build: Any, data: Any, batch_size: Any, loss: Any) -> _UsersModel:
-    import numpy as np
-
-    from ._args import ArgumentTypeError, require_str
-    from .processes import build_source
-
-    source = build_source(func, build, returns="a Keras model", runs="Each case")
-    if not isinstance(data, tuple) or len(data) != 2 or not all(isinstance(a, np.ndarray) for a in data):
-        raise ArgumentTypeError(f"{func}: data must be a tuple (x, y) of two NumPy arrays, got {short(data)}. "
-                                "Pass data=(x, y) with the samples along the first axis.")
-    x, y = data
-    if len(x) != len(y):
-        raise ValueError(f"{func}: data's x has {len(x)} samples and y {len(y)}; they must match.")
-    batch_size = require_int(func, "batch_size", batch_size, minimum=DEVICES)
-    if batch_size % DEVICES:
-        below, above = batch_size - batch_size % DEVICES, batch_size - batch_size % DEVICES + DEVICES
-        raise ValueError(f"{func}: batch_size={batch_size} does not divide over the {DEVICES} replicas, and Keras 3's "
-                         f"fit refuses a first step whose replicas get different batch sizes (notebook 02); pass "
-                         f"{below} or {above}.")
-    if len(x) < batch_size + DEVICES - 1:
-        raise ValueError(f"{func}: data has {len(x)} samples; a last step that leaves one of the {DEVICES} "
-                         f"replicas empty needs at least batch_size + {DEVICES - 1} = {batch_size + DEVICES - 1}. "
-                         "Pass more data or a smaller batch_size.")
-    if loss is not None:
-        loss = require_str(func, "loss", loss)
-        import keras                                         # a misspelt loss is the user's, not the trap's:
-
-        try:                                                 # refused here, before any case starts
-            keras.losses.get(loss)
-        except ValueError:
-            raise ValueError(f"{func}: loss={loss!r} is not a Keras loss name; pass one such as "
-                             "'sparse_categorical_crossentropy' or 'mse' (what compile(loss=...) accepts).") from None
-    if loss is None:
-        _refuse_uncompiled(func, build)
-    # Whole batches and a last batch of DEVICES - 1 samples: split [1, 1, 1, 0], one replica gets none.
-    n = (len(x) - (DEVICES - 1)) // batch_size * batch_size + DEVICES - 1
-    return _UsersModel(source, build.__name__, x[:n], y[:n], batch_size, loss or "", len(x))
-
-
 def _check(func: str, cases: Iterable[Any] | None, epochs: Any, processes: Any, kernels: Any = None,
            users: _UsersModel | None = None) -> tuple[list[tuple[str, str, str]], int, int, tuple[str, ...] | None]:
     if kernels is not None:
@@ -286,31 +231,6 @@ def _check(func: str, cases: Iterable[Any] | None, epochs: Any, processes: Any, 
             require_int(func, "processes", processes, minimum=1), kernels)
 
 
-def _refuse_uncompiled(func: str, build: Any) -> None:
-    """Without loss=, build() must compile its model: where this process's TensorFlow runtime has started (a
-    notebook after ``setup``), build it here without allocating its weights and refuse an uncompiled one before
-    any case starts (elsewhere each case's process says so)."""
-    from .processes import built_here
-
-    model = built_here(build)
-    if model is not None and hasattr(model, "compiled") and not model.compiled:
-        raise ValueError(f"{func}: {build.__name__}() returns an uncompiled model and no loss was given: compile "
-                         "it inside build(), or pass loss=..., e.g. loss='sparse_categorical_crossentropy'.")
-
-
-def _users_data_file(users: _UsersModel) -> str:
-    """The learner's data in a temporary .npz file that the case processes read (removed after the run)."""
-    import os
-    import tempfile
-
-    import numpy as np
-
-    handle, path = tempfile.mkstemp(prefix="gputrain-bn-", suffix=".npz")
-    os.close(handle)
-    np.savez(path, x=users.x, y=users.y)
-    return path
-
-
 def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes: int = 2,
               timeout: float = 900, on_result: Callable[[CaseResult, int, int], None] | None = None,
               kernels: str | Iterable[str] | None = None, build: Callable[[], Any] | None = None,
@@ -325,11 +245,18 @@ def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes:
 
     **Your own model**: ``build`` (a zero-argument function defined with ``def``, as for ``measure_memory``)
     returns your model, compiled or not (an uncompiled one is compiled with Adam and ``loss``), and
-    ``data=(x, y)`` is your data (NumPy arrays). Each case builds it in ``MirroredStrategy.scope()`` over 4
-    devices and trains it for ``epochs`` epochs at a global ``batch_size`` in a process of its own; ``cases``
-    are then batchings from BATCHINGS (default both): ``"last step empty"`` trains on your data cut to whole
-    batches plus 3 samples (the last step split [1, 1, 1, 0]), ``"drop_remainder"`` on the same samples without
-    that step. The BatchNorm column reads ``"as built"``."""
+    ``data=(x, y)`` is your data: NumPy arrays, and for a model with several inputs x a dict of arrays by input
+    name (``{"img": images, "vec": features}``) or a list of arrays in the inputs' order, every input with as
+    many rows as y; batching and the cut below apply to every input alike. Each case builds it in
+    ``MirroredStrategy.scope()`` over 4 devices and trains it for ``epochs`` epochs at a global ``batch_size``
+    in a process of its own; ``cases`` are then batchings from BATCHINGS (default both): ``"last step empty"``
+    trains on your data cut to whole batches plus 3 samples (the last step split [1, 1, 1, 0]),
+    ``"drop_remainder"`` on the same samples without that step. The BatchNorm column reads ``"as built"``.
+
+    After every case (a crashed ``fit`` included) every replica's copy of every variable is compared: trainable
+    copies that differ (a crashed step updated some replicas and not others) are listed in the result's
+    ``diverged`` and said in its detail, since such a model must be rebuilt or reloaded (``replica_report``
+    says the same)."""
     import os
     import re
 
@@ -361,7 +288,7 @@ def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes:
         if outcome.died and not outcome.timed_out:      # the case's process crashed: that is its outcome
             return _classify({"case": [kind, bn, batching], "losses": [], "later_fit": "not tried", "poisoned": [],
                               "poisoned_replicas": [], "nan_copies": 0, "spread": 0.0, "nan_rows": 0,
-                              "error": outcome.error, "rows": len(_users.x) if _users else 1030}, family)
+                              "error": outcome.error, "rows": _users.rows if _users else 1030}, family)
         where = f"run_cases: case ({kind}, {bn}, {batching}){' (' + family + ')' if family else ''}"
         if outcome.timed_out:            # a busy machine, not a bug: say so, and what to change
             raise RuntimeError(f"{where} did not finish within {timeout:g} s; a case takes seconds on an idle machine, "

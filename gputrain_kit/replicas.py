@@ -1,7 +1,10 @@
-"""Inspect every replica's copy of every variable: NaN, and drift from replica 0.
+"""Inspect every replica's copy of every variable: NaN, drift from replica 0, and trainable copies that differ.
 
 ``layer.moving_mean.numpy()`` reads one copy (replica 0's), so a poisoned model looks healthy.
 Reading every copy needs the Keras variable's backing ``tf.Variable``: ``variable.value``.
+A trainable variable's copies are identical under a MirroredStrategy (every replica applies the same all-reduced
+update); copies that differ mean a step stopped half way (a crashed ``fit``), and the model must be rebuilt or
+reloaded (``ReplicaReport.diverged``).
 """
 from __future__ import annotations
 
@@ -23,6 +26,13 @@ class VariableRow:
     path: str
     finite: tuple[bool, ...]          # per replica
     max_diff: tuple[float, ...]       # per replica: largest |copy - replica 0's copy| (nan if either is non-finite)
+    trainable: bool | None = None     # None: not known (a row made by hand)
+    same: tuple[bool, ...] = ()       # per replica: the copy equals replica 0's element for element (NaN == NaN)
+
+    @property
+    def diverged(self) -> bool:
+        """The copies are not all identical (a NaN copy beside a finite one counts; NaN everywhere does not)."""
+        return bool(self.same) and not all(self.same)
 
 
 @dataclass(frozen=True)
@@ -43,8 +53,31 @@ class ReplicaReport:
         return max(values, default=0.0)
 
     @property
+    def diverged(self) -> list[str]:
+        """Trainable variables whose replicas' copies are not all identical. Under a MirroredStrategy every replica
+        applies the same all-reduced update, so these copies are identical in any model that trained normally
+        (BatchNorm's moving statistics, not trainable, drift apart by design in Keras 3 and are not listed). When
+        they differ, a step stopped half way (a ``fit`` that crashed updated some replicas' copies and not others'):
+        the model is broken, and must be rebuilt or reloaded from saved weights."""
+        return [r.path for r in self.rows if r.trainable and r.diverged]
+
+    @property
     def healthy(self) -> bool:
-        return not self.poisoned
+        return not self.poisoned and not self.diverged
+
+    def divergence(self) -> str:
+        """One sentence about the trainable copies that differ (``diverged``), with what to do; "" when none do."""
+        diverged = [r for r in self.rows if r.trainable and r.diverged]
+        if not diverged:
+            return ""
+        names = ", ".join(r.path for r in diverged[:6]) + (f" and {len(diverged) - 6} more" if len(diverged) > 6 else "")
+        replicas = sorted({i for r in diverged for i, same in enumerate(r.same) if not same})
+        which = ", ".join(map(str, replicas))
+        return (f"trainable copies differ between replicas: {names} (replica{'s' if len(replicas) > 1 else ''} "
+                f"{which} differ{'' if len(replicas) > 1 else 's'} from replica 0). Mirrored trainable variables "
+                "must be identical on every replica, so this model is broken (a fit that crashed mid-step updated "
+                "some replicas' copies and not others'): rebuild the model, or reload saved weights, before "
+                "training or predicting with it again.")
 
     def heatmap(self):
         """Variable x replica figure, non-finite copies in red (see gputrain_kit.plots.replica_heatmap)."""
@@ -66,6 +99,11 @@ class ReplicaReport:
         lines.append(f"(cells: largest |copy - replica 0's copy|; {len(self.poisoned)} non-finite copies; "
                      + (f"spread {self.spread:.3g})" if compared or self.replicas == 1 else
                         "spread: none, no finite copy to compare with replica 0's)"))
+        if self.diverged:
+            import textwrap
+
+            lines += textwrap.wrap("Diverged: " + self.divergence(), 100, break_on_hyphens=False,
+                                   break_long_words=False)
         return "\n".join(lines)
 
 
@@ -128,12 +166,16 @@ def replica_report(model: Any, strategy: Any = None, variables: Sequence[Any] | 
         ref = copies[0]
         diffs = tuple(float(np.abs(c - ref).max()) if (ok and finite[0] and c.size) else (0.0 if ok and not c.size else float("nan"))
                       for c, ok in zip(copies, finite))
-        rows.append(VariableRow(getattr(v, "path", getattr(v, "name", "?")), finite, diffs))
+        same = tuple(c.shape == ref.shape and bool(np.array_equal(c, ref, equal_nan=c.dtype.kind in "fc"))
+                     for c in copies)
+        rows.append(VariableRow(getattr(v, "path", getattr(v, "name", "?")), finite, diffs,
+                                bool(getattr(v, "trainable", False)), same))
     return ReplicaReport(len(rows[0].finite), tuple(rows))
 
 
 class ReplicaHealthError(RuntimeError):
-    """Some replica's copy of a variable is non-finite, or the copies diverged beyond the tolerance."""
+    """Some replica's copy of a variable is non-finite, a trainable variable's copies differ, or the copies
+    diverged beyond the tolerance."""
 
 
 class EmptyReplicaWarning(UserWarning):
@@ -184,7 +226,8 @@ def _make_callback():
     import keras
 
     class ReplicaHealth(keras.callbacks.Callback):
-        """At every epoch end, check every replica's copy of every variable.
+        """At every epoch end, check every replica's copy of every variable: non-finite copies, and trainable
+        variables whose copies differ between replicas (``ReplicaReport.diverged``: the model is broken).
 
         ``on_problem="raise"`` (default) stops training with ReplicaHealthError; ``"warn"`` warns.
         ``tolerance``: also complain when finite copies differ from replica 0's by more than this.
@@ -226,6 +269,8 @@ def _make_callback():
             report = replica_report(self.model, strategy)
             self.reports.append(report)
             problems = []
+            if report.diverged:          # first: the model is broken, whatever else is wrong with it
+                problems.append(f"after epoch {epoch + 1}, " + report.divergence().rstrip("."))
             if report.poisoned:
                 names = sorted({f"{path} (replica {i})" for path, i in report.poisoned})
                 problems.append(f"{len(report.poisoned)} non-finite replica copies after epoch {epoch + 1}: "

@@ -180,13 +180,30 @@ def distributed_split(strategy: Any, n_samples: int, global_batch: int, drop_rem
     ``via="dataset"``: ``strategy.experimental_distribute_dataset`` of a globally batched dataset (as ``fit``).
     ``via="function"``: ``strategy.distribute_datasets_from_function`` with each pipeline sharded by the
     input context and batched by ``get_per_replica_batch_size(global_batch)``.
+
+    The arguments are checked as ``plan_batches`` checks them, before TensorFlow is touched, and arguments that
+    look swapped (a global batch above the data, or below the strategy's replica count) warn
+    ``ArgumentOrderWarning`` as there.
     """
+    from ._args import ArgumentTypeError, require_bool, typed
+    from .batching import input_path, plan_arguments, require_divisible, warn_if_swapped
+
+    func = "distributed_split"
+    replicas = getattr(strategy, "num_replicas_in_sync", None)
+    if (not hasattr(strategy, "experimental_distribute_dataset") or isinstance(replicas, bool)
+            or not isinstance(replicas, int)):
+        raise ArgumentTypeError(f"{func}: strategy must be a tf.distribute strategy object, got {typed(strategy)}. "
+                                "Pass it first: distributed_split(strategy, n_samples, global_batch), e.g. with "
+                                "strategy = kit.training.strategy_for(4).")
+    n_samples, global_batch = plan_arguments(func, n_samples, global_batch)
+    drop_remainder = require_bool(func, "drop_remainder", drop_remainder)
+    via = input_path(func, via)
+    warn_if_swapped(func, n_samples, global_batch, replicas, stacklevel=2, replicas_from="the strategy's")
+    if via == "function":
+        require_divisible(func, global_batch, replicas)
+
     import tensorflow as tf
 
-    from ._args import require_choice
-    from .batching import VIAS
-
-    require_choice("distributed_split", "via", via, VIAS)
     if via == "function":
         def dataset_fn(context):
             per_replica = context.get_per_replica_batch_size(global_batch)

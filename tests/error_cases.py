@@ -132,10 +132,24 @@ case("batchnorm.start_cases", "data", "too few samples for a last step with an e
 case("batchnorm.run_cases", "cases", "a kit case for your own model",
      "kit.batchnorm.run_cases([('dense', 'no BN', 'drop_remainder')], build=functional, "
      "data=(np.zeros((99, 4)), np.zeros(99)))")
+case("batchnorm.run_cases", "data", "a two-input model's inputs with different row counts",
+     "kit.batchnorm.run_cases(build=functional, data=({'img': np.zeros((99, 8, 8, 1)), 'vec': np.zeros((98, 5))}, "
+     "np.zeros(99)))")
+case("batchnorm.start_cases", "data", "a list of inputs holding a plain list",
+     "kit.batchnorm.start_cases(build=functional, data=([np.zeros((99, 4)), [1, 2]], np.zeros(99)))")
+case("batchnorm.run_cases", "data", "a dict of inputs keyed by position, not by input name",
+     "kit.batchnorm.run_cases(build=functional, data=({0: np.zeros((99, 4)), 1: np.zeros((99, 5))}, np.zeros(99)))")
 case("widgets.MeshExplorer", "mesh", "a mesh that is not 8 devices", "kit.widgets.MeshExplorer(list(kit.check.NB09_MLP), mesh=(3, 3))")
 case("setup", "backend", "an unknown backend", "kit.setup(devices=4, backend='torch')")
 # --------------------------------------------------------------------------- models
 case("setup", "devices", "a second setup with another device count", "kit.setup(devices=8)")
+case("training.distributed_split", "global_batch", "n_samples and global_batch swapped (a warning)",
+     "kit.training.distributed_split(strategy, 64, 1030)")
+case("training.distributed_split", "n_samples", "n_samples as a string",
+     "kit.training.distributed_split(strategy, '1030', 64)")
+case("training.distributed_split", "strategy", "the strategy left out", "kit.training.distributed_split(1030, 64, 4)")
+case("training.distributed_split", "global_batch", "via='function' with a batch the replicas cannot share",
+     "kit.training.distributed_split(strategy, 1030, 62, via='function')")
 case("replica_report", "model", "a string as the model", "kit.replica_report('model', strategy)")
 case("replica_report", "strategy", "a string as the strategy", "kit.replica_report(mirrored, 'mirrored')")
 case("replica_report", "", "a model built outside strategy.scope()", "kit.replica_report(dense, strategy)")

@@ -72,7 +72,7 @@ def run(kind: str, bn: str, batching: str, epochs: int, build_source: str = "", 
     import numpy as np
     import tensorflow as tf
 
-    from gputrain_kit.batchnorm import bn_model
+    from gputrain_kit.batchnorm import bn_model, load_users_data
     from gputrain_kit.errors import error_summary
     from gputrain_kit.replicas import replica_report
 
@@ -80,11 +80,11 @@ def run(kind: str, bn: str, batching: str, epochs: int, build_source: str = "", 
         prepare()
     strategy = _start_runtime()
     keras.utils.set_random_seed(0)
-    if build_source:
-        with np.load(data_path) as saved:
-            x, y = saved["x"], saved["y"]
+    if build_source:        # x: one array, a dict by input name or a tuple (one array per input)
+        x, y = load_users_data(data_path)
     else:
         x, y = _data[kind], _data["y"]
+    rows = len(y)
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size,
                                                           drop_remainder=(batching == "drop_remainder"))
     with strategy.scope():
@@ -94,21 +94,28 @@ def run(kind: str, bn: str, batching: str, epochs: int, build_source: str = "", 
             model = bn_model(kind, bn, classes=CLASSES)
             model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     out: dict[str, Any] = {"case": [kind, bn, batching], "losses": [], "error": None, "later_fit": "",
-                           "rows": len(x)}
+                           "rows": rows}
     try:
         history = model.fit(ds, epochs=epochs, verbose=0, callbacks=[keras.callbacks.TerminateOnNaN()])
         out["losses"] = [float(v) for v in history.history["loss"]]
     except Exception as err:
         out["error"] = error_summary(err)
-    report = replica_report(model, strategy)
+    report = replica_report(model, strategy)   # every replica's copy of every variable of the model
     out["poisoned"] = sorted({path.split("/")[-1] for path, _ in report.poisoned})
     out["poisoned_replicas"] = sorted({i for _, i in report.poisoned})
     out["nan_copies"] = len(report.poisoned)
     out["spread"] = report.spread
+    # trainable copies that differ: a step that crashed half way updated some replicas and not others
+    out["diverged"] = report.diverged
     out["nan_rows"] = 0   # every copy finite: predictions are finite too
     if report.poisoned:
-        predicted = np.asarray(model.predict(x, batch_size=batch_size, verbose=0))
-        out["nan_rows"] = int(np.isnan(predicted.reshape(len(x), -1)).any(axis=1).sum())
+        predicted = model.predict(x, batch_size=batch_size, verbose=0)
+        outputs = list(predicted.values()) if isinstance(predicted, dict) else \
+            list(predicted) if isinstance(predicted, (list, tuple)) else [predicted]
+        nan = np.zeros(rows, bool)
+        for output in outputs:
+            nan |= np.isnan(np.asarray(output, dtype="float32").reshape(rows, -1)).any(axis=1)
+        out["nan_rows"] = int(nan.sum())
     if out["error"]:
         try:   # one full step with the same, already traced train function
             model.fit(ds.take(1), epochs=1, verbose=0)
