@@ -1,10 +1,14 @@
 """TensorFlow's distributed errors in plain words: what happened, why, the fix, and where the course shows it.
 
 ``explain(error)`` matches an exception (or the text of one) against messages produced by the installed
-TensorFlow/Keras in the tests (``tests/unit/test_explain.py`` makes each one for real), and returns an
-``Explanation`` whose ``str()`` is two to five sentences; ``None`` for an error it does not know.
-``with explain_errors(): ...`` re-raises a known error with its explanation attached: a note on
-Python 3.11+ (shown under the traceback), a chained ``ExplainedError`` before.
+TensorFlow/Keras in the tests (``tests/unit/test_explain.py`` and ``tests/unit/test_explain_numbers.py`` make each
+one for real), and returns an ``Explanation`` whose ``str()`` is a few sentences about *that* error: the shapes,
+devices, replica and sample counts, layer names and variable paths it reads from the error's text, or from
+``plan=`` (``kit.plan_batches(...)``'s per-replica split of every step) when one is passed. Where the error does
+not carry a number the explanation says it in general terms; it never quotes the course's examples as if they
+were the learner's. ``with explain_errors(): ...`` re-raises a known error with its explanation attached: a note
+on Python 3.11+ (shown under the traceback), a chained ``ExplainedError`` before. An error it does not know gives
+a falsy ``Unknown``.
 
 Two GPU-only messages (NCCL on logical GPUs of one physical GPU, out of memory) are matched on the
 texts NCCL and TensorFlow document; they are tested on a GPU machine when one is available.
@@ -16,74 +20,82 @@ import re
 import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from ._args import ArgumentTypeError, typed
 
 __all__ = ["Explanation", "explain", "explain_errors", "ExplainedError", "KNOWN"]
 
+from .explain_readers import (  # noqa: E402  (the explanation and the readers the entries name)
+    Explanation,
+    _check_plan,
+    _read_empty_conv,
+    _claims_empty_conv,
+    _claims_collective,
+    _read_collective,
+    _read_uneven,
+    _read_weights,
+    _read_per_replica,
+    _read_group,
+    _read_oom,
+    Reader,
+    _EMPTY_FIX,
+    _ONEDNN_CONV)
 
-@dataclass(frozen=True)
-class Explanation:
-    """What happened, why, the fix, and the notebook section that shows it."""
-    key: str
-    what: str
-    why: str
-    fix: str
-    section: str
-
-    def __str__(self) -> str:
-        text = f"{self.what} {self.why} Fix: {self.fix} See {self.section}."
-        return textwrap.fill(text, width=100, break_long_words=False, break_on_hyphens=False)
-
-    def _repr_markdown_(self) -> str:
-        return f"**{self.what}** {self.why} **Fix:** {self.fix} *See {self.section}.*"
 
 
 @dataclass(frozen=True)
 class _Entry:
-    explanation: Explanation
+    explanation: Explanation              # in general terms (no numbers): docs/errors.md, and errors that carry none
     patterns: tuple[str, ...]
+    read: Reader | None = None             # the explanation of one error, with the numbers its text carries
+    claims: Callable[[str], bool] | None = None   # a further test of a text the patterns matched
 
 
-_EMPTY_FIX = ("give every step a full global batch: `drop_remainder=True` on the dataset's `batch()`, or "
-              "`repeat()` with `steps_per_epoch`, or pad the data to a multiple of the global batch; "
-              "`kit.check_batch_plan(n_samples, global_batch, replicas)` warns before training.")
 
 _ENTRIES = (
     _Entry(Explanation(
         "empty-replica-conv",
-        "A replica got an empty batch (0 samples) and a kernel of its step (a convolution's or BatchNorm's "
-        "gradient, or a matrix product after them) could not run on it.",
-        "The last global batch did not give every replica a sample: MirroredStrategy hands each replica "
-        "ceil(samples / replicas) in order, so 6 samples on 4 replicas are split [2, 2, 2, 0]; Conv2D and "
-        "BatchNormalization then meet tensors of shape [0, ...]. Whether that crashes "
-        "depends on the kernels: TensorFlow's oneDNN CPU kernels crash, its portable Eigen kernels and an H100 "
-        "train on (into NaN with BatchNorm's default scale=True), and a Dense model never crashes: it writes NaN "
-        "into BatchNorm's moving statistics.",
+        "A replica got an empty batch (0 samples), and a layer after a Conv2D met a tensor of the wrong shape "
+        "on it.",
+        "tf.distribute gives each replica ceil(b / replicas) of a global batch of b, in replica order, so a "
+        "short last batch can leave the last replicas empty. " + _ONEDNN_CONV + ", and the next operation that "
+        "needs the filters' count fails (BatchNormalization, its all-reduce, or the Dense layer after pooling). "
+        "Its portable Eigen kernels, and the GPU of the kit's record, give the right shape and train on (into NaN "
+        "where a BatchNormalization that is not synchronized averages 0 samples).",
         _EMPTY_FIX, "notebook 05, sections 1 and 5"),
-        (r"Unable to broadcast tensor of shape \[1,1,1,\d+\] to tensor of shape \[0,",
-         r"RsqrtGrad.*got 1 and \d+", r"Incompatible shapes: \[0,",
-         r"Matrix size-incompatible: In\[0\]: \[0,")),      # conv net without BN, oneDNN: the Dense after it
+        (r"Unable to broadcast tensor of shape \[1(?:,1)*,\d+\] to tensor of shape \[0,",
+         r"RsqrtGrad.*got \d+ and \d+", r"Incompatible shapes: \[0,",
+         r"Incompatible shapes: \[\d+\] vs\. \[\d+\]",           # BatchNorm's moving-mean update (its traceback)
+         r"Matrix size-incompatible: In\[0\]: \[0,"),      # conv net without BN, oneDNN: the Dense after it
+        _read_empty_conv, _claims_empty_conv),
     _Entry(Explanation(
         "collective-shape-mismatch",
-        "The replicas sent tensors of different shapes into one collective (an operation every replica "
+        "The replicas sent tensors of different shapes into one cross-replica sum (an all-reduce every replica "
         "joins), and TensorFlow aborted it.",
-        "Most often a replica's batch was smaller or empty while BatchNormalization(synchronized=True) "
-        "exchanged batch statistics; after this abort every later collective in the process fails too, so "
-        "restart the kernel.",
+        "In Keras the usual source is BatchNormalization(synchronized=True): it all-reduces per-channel sums of "
+        "shape [1, ..., C] (`_compute_moments_sync`, keras/src/backend/tensorflow/nn.py) whatever the batch, so "
+        "smaller or uneven replica batches train. Their shapes differ when a replica's batch is empty (0 samples) "
+        "and TensorFlow's oneDNN CPU kernels return that replica's Conv2D output with the input's channels "
+        "instead of the layer's filters; its Eigen kernels give the right shape and train on.",
         _EMPTY_FIX, "notebook 05, section 5"),
-        (r"Shape mismatch in the collective instance",)),
+        (r"Shape mismatch in the collective instance",
+         r"AddN\b.{0,40}must have the same size and shape"),   # ReductionToOneDevice: per-channel sums differ
+        _read_collective, _claims_collective),
     _Entry(Explanation(
         "uneven-replica-batches",
-        "The replicas' batches had different sizes, and an operation that adds their tensors (AddN) needs "
-        "equal shapes.",
-        "With a global batch not divisible by the replica count, the split is uneven (62 over 4 gives "
-        "[16, 16, 16, 14]); Keras 3's fit traces its first step for one shape and refuses that step, and "
-        "synchronized BatchNorm meets the same op when a last batch is short.",
-        "use a global batch divisible by the replica count (`strategy.num_replicas_in_sync`), with "
-        "fixed-size batches (`drop_remainder=True`).", "notebook 02, section 5, and notebook 05, section 5"),
-        (r"AddN\b.{0,40}must have the same size and shape",)),
+        "Keras 3 could not average the replicas' first batches: their sizes differ, and adding their tensors "
+        "(AddN) needs equal shapes.",
+        "Before its first step, each `fit` (or `evaluate`) under a strategy reduces the replicas' first batches "
+        "to their mean to learn the input shapes (`_maybe_symbolic_build`, keras/src/backend/tensorflow/"
+        "trainer.py), and tf.distribute gives each replica ceil(b / replicas) of a global batch of b, in order. "
+        "Only that averaging needs equal batches: an uneven later step trains in `fit`, and a custom loop "
+        "(`strategy.run`) trains on the same batches.",
+        "make the first global batch a multiple of the replica count (`strategy.num_replicas_in_sync`); "
+        "fixed-size batches (`drop_remainder=True`) also keep later steps from leaving a replica empty.",
+        "notebook 02, section 5"),
+        (r"AddN\b.{0,40}must have the same size and shape",),
+        _read_uneven),
     _Entry(Explanation(
         "collective-group-collision",
         "Two MirroredStrategy objects with different device counts used the same collective group in one "
@@ -92,7 +104,8 @@ _ENTRIES = (
         "strategy's replicas join a group the first one created with another size (tensorflow/tensorflow#61314).",
         "use one strategy per process (restart the kernel to change the device count), or give the second "
         "one `cross_device_ops=tf.distribute.ReductionToOneDevice()`.", "notebook 02, section 3"),
-        (r"is joining a group with size ?\d+, but that group has size \d+",)),
+        (r"is joining a group with size ?\d+, but that group has size \d+",),
+        _read_group),
     _Entry(Explanation(
         "devices-fixed",
         "TensorFlow's device list was changed after TensorFlow had started using its devices.",
@@ -121,13 +134,19 @@ _ENTRIES = (
         (r"deserialization of a `Lambda` layer", r"arbitrary code execution")),
     _Entry(Explanation(
         "weights-mismatch",
-        "The weights file does not match the model it is loaded into.",
-        "Keras matches a file's weights to the model's layers by structure and name; a file saved from a "
-        "wrapper (a parallel model around a template) or from other layer sizes leaves layers without values.",
+        "The weights file does not match the model it is loaded into: some of the model's layers found no "
+        "values, or values of another shape, at their place in the file.",
+        "Keras 3 matches by attribute path, class and position, not by name: a model's layers are stored as "
+        "`layers/<class>`, `layers/<class>_1`, ... in order, and each layer's variables by index "
+        "(keras/src/saving/saving_lib.py `_walk_saveable`, `_save_container_state`; `Layer.load_own_variables`); "
+        "a layer's name is written into the file and never read. A wrapper's file keeps its template's layers "
+        "one level deeper (`layers/<template's class>/layers/...`), so the template finds nothing at its own "
+        "paths, and layers of other sizes give values of the wrong shape.",
         "load the file into the same kind of model it was saved from (the template, not the wrapper); "
         "`kit.load_verified(model, path)` names every variable not loaded and any shape that differs.",
         "notebook 04, sections 1 and 2"),
-        (r"objects could not be loaded", r"expected \d+ variables, but received \d+ variables during loading")),
+        (r"objects could not be loaded", r"expected \d+ variables, but received \d+ variables during loading"),
+        _read_weights),
     _Entry(Explanation(
         "per-replica-batch",
         "The global batch cannot be split into equal per-replica batches.",
@@ -135,7 +154,8 @@ _ENTRIES = (
         "refuses a remainder.",
         "choose a global batch that is a multiple of `strategy.num_replicas_in_sync` (e.g. 64 on 4 replicas).",
         "notebook 07, section 1, and notebook 02, section 5"),
-        (r"`global_batch_size` \d+ is not divisible by `num_replicas_in_sync` \d+",)),
+        (r"`global_batch_size` \d+ is not divisible by `num_replicas_in_sync` \d+",),
+        _read_per_replica),
     _Entry(Explanation(
         "nccl-one-gpu",
         "NCCL refused to all-reduce between two logical GPUs that are one physical GPU.",
@@ -199,7 +219,8 @@ _ENTRIES = (
         "a smaller batch per device, mixed precision, a lighter optimizer, or a model split over devices; "
         "`kit.estimate_memory` estimates each part before you train.",
         "notebook 03, section 4"),
-        (r"OOM when allocating tensor", r"ResourceExhaustedError", r"RESOURCE_EXHAUSTED: .*[Oo]ut of memory")),
+        (r"OOM when allocating tensor", r"ResourceExhaustedError", r"RESOURCE_EXHAUSTED: .*[Oo]ut of memory"),
+        _read_oom),
 )
 
 #: The keys of every error ``explain`` knows.
@@ -240,9 +261,12 @@ def _unknown(text: str) -> Unknown:
                    "The errors the kit knows are listed in docs/errors.md and `kit.explainer.KNOWN`.", "")
 
 
-def explain(error: BaseException | str) -> Explanation:
-    """Plain words for a known TensorFlow/Keras distributed error (an exception or its text). An error it does not
-    know gives a falsy ``Unknown`` explanation that says so (``if kit.explain(err):`` tells them apart)."""
+def explain(error: BaseException | str, plan: Any = None) -> Explanation:
+    """Plain words for a known TensorFlow/Keras distributed error (an exception or its text), about that error: the
+    shapes, devices, counts and names its text carries. ``plan``: the per-replica split of every step of the run
+    that failed (``kit.plan_batches(n_samples, global_batch, replicas)``), or of one step (``[1, 1, 1, 0]``); the
+    errors of empty or uneven replica batches then name the step and its split. An error it does not know gives a
+    falsy ``Unknown`` explanation that says so (``if kit.explain(err):`` tells them apart)."""
     if isinstance(error, BaseException):
         text = _text(error)
     elif isinstance(error, str):
@@ -250,9 +274,10 @@ def explain(error: BaseException | str) -> Explanation:
     else:
         raise ArgumentTypeError(f"explain: error must be an exception (or its message as a str), got "
                                 f"{typed(error)}. Use it as: except Exception as err: print(kit.explain(err)).")
+    steps = _check_plan(plan)
     for entry, patterns in _COMPILED:
-        if any(p.search(text) for p in patterns):
-            return entry.explanation
+        if any(p.search(text) for p in patterns) and (entry.claims is None or entry.claims(text)):
+            return entry.read(entry.explanation, text, steps) if entry.read else entry.explanation
     return _unknown(text)
 
 
@@ -261,12 +286,14 @@ class ExplainedError(RuntimeError):
 
 
 @contextlib.contextmanager
-def explain_errors() -> Iterator[None]:
-    """Run the block; a known error is re-raised with its plain-words explanation attached."""
+def explain_errors(plan: Any = None) -> Iterator[None]:
+    """Run the block; a known error is re-raised with its plain-words explanation attached (``plan``: as for
+    ``explain``)."""
+    _check_plan(plan)
     try:
         yield
     except Exception as err:
-        found = explain(err)
+        found = explain(err, plan)
         if not found:
             raise
         attached = _attach(err, found, notes=sys.version_info >= (3, 11))
