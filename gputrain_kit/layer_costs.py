@@ -150,14 +150,12 @@ def _tensors(value: Any) -> list[Any]:
     return [t for t in keras.tree.flatten(value) if hasattr(t, "shape") and hasattr(t, "dtype")]
 
 
-def trace_profile(model: Any, *, caller: str = "profile") -> list[Any]:
-    """Per-layer ``LayerStat`` of ``model`` from one symbolic call in training mode (see the module's docstring)."""
+def trace_profile(model: Any, specs: list[tuple[tuple[int, ...], str]], LayerStat: Any) -> list[Any]:
+    """Per-layer ``LayerStat`` of ``model`` (``profiles.LayerStat``, passed in) from one symbolic call in training
+    mode on inputs of ``specs`` (``profiles.input_specs``): see the module's docstring."""
     import keras
     from keras.src import backend as keras_backend
 
-    from .profiles import LayerStat, input_specs
-
-    specs = input_specs(model, _caller=caller)
     records: list[tuple[Any, int, list[Any], list[Any]]] = []
     depth = [0]
     ruled_depth: list[int] = []

@@ -69,7 +69,7 @@ def profile(model: Any, *, _caller: str = "profile") -> list[LayerStat]:
     key = (len(model.weights), keras.config.dtype_policy().name)
     cached = _PROFILES.get(model)
     if cached is None or cached[0] != key:          # traced once per model (a widget asks at every change)
-        cached = (key, trace_profile(model, caller=_caller))
+        cached = (key, trace_profile(model, input_specs(model, _caller=_caller), LayerStat))
         _PROFILES[model] = cached
     return list(cached[1])
 

@@ -107,7 +107,7 @@ def test_every_child_task_is_a_module_with_run():
 
     tasks = [p.stem for p in (PACKAGE / "_children").glob("*.py")
              if p.stem not in ("__init__", "protocol", "lifecycle", "server", "runner")]
-    assert sorted(tasks) == ["bn_case", "gpu_numbering", "lock_probe", "measure", "smoke"]
+    assert sorted(tasks) == ["bn_case", "gpu_numbering", "lock_probe", "measure", "smoke", "xla_memory"]
     for task in tasks:
         assert callable(importlib.import_module(f"gputrain_kit._children.{task}").run), task
 
