@@ -1,35 +1,42 @@
-"""Saving that is never half-written, and loading that never silently loads nothing.
+"""Saving that is never half-written, and loading that never silently loads nothing, or only part.
 
-``save_verified`` writes to a temporary file in the destination folder, checks the file by loading it
-back, and only then renames it into place (an atomic rename on POSIX): a crash at any moment leaves
-the previous file intact. ``load_verified`` turns Keras's silent or warning-only partial loads into one
-clear error that lists every variable that was not loaded, and leaves the model as it was.
+``save_verified`` writes to a temporary file in the destination folder (which must exist), checks the file by
+loading it back (the weights and the optimizer's variables), and only then renames it into place (an atomic
+rename on POSIX): a crash at any moment leaves the previous file intact. ``load_verified`` turns Keras's silent
+or warning-only partial loads into one clear error that names what was not loaded (or what the file holds and
+the model lacks), restores the optimizer's state along with the weights, and on refusal leaves every variable
+of the model as it was.
 """
 from __future__ import annotations
 
 
+import contextlib
 import os
 import re
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ._args import ArgumentTypeError, require_bool, short, typed
 from .errors import shorten_message
 
-__all__ = ["save_verified", "load_verified", "LoadError", "SaveError", "NonFiniteError", "NonFiniteWarning"]
+__all__ = ["save_verified", "load_verified", "LoadError", "SaveError", "NonFiniteError", "NonFiniteWarning",
+           "OptimizerStateWarning"]
 
 _SUFFIXES = (".weights.h5", ".keras")
 _SENTINEL = 7.7e-37  # written into every variable before a load: whatever still holds it was not loaded
+_OPTIMIZER = "optimizer/"   # the top-level group of the model's optimizer in a Keras 3 weights file
 
 
 class LoadError(ValueError):
-    """A load left some variables unloaded; ``.missing`` lists their paths."""
+    """A load was refused. ``.missing``: the model's variables the file did not fill (their paths);
+    ``.extra``: the file's variables the model has no place for (keys in the file, e.g. ``layers/dense_2/vars/0``)."""
 
-    def __init__(self, message: str, missing: list[str]):
+    def __init__(self, message: str, missing: list[str], extra: list[str] | None = None):
         super().__init__(message)
         self.missing = missing
+        self.extra = list(extra or [])
 
 
 class SaveError(RuntimeError):
@@ -46,6 +53,11 @@ class NonFiniteError(ValueError):
 
 class NonFiniteWarning(UserWarning):
     """``load_verified`` loaded NaN/inf values."""
+
+
+class OptimizerStateWarning(UserWarning):
+    """``load_verified`` loaded the weights of a file that also holds optimizer state into a model with no
+    optimizer (not compiled): the optimizer state was left out."""
 
 
 def _is_model(value: Any) -> bool:
@@ -75,6 +87,20 @@ def _check_path(func: str, path: Any) -> Path:
     return path
 
 
+def _check_folder(func: str, path: Path) -> None:
+    """The file's folder must exist: a typo in a folder name must not quietly create a new tree of folders."""
+    folder = path.parent
+    if folder.is_dir():
+        return
+    shown = short(str(folder))
+    if folder.exists():
+        raise ValueError(f"{func}: path must be a file in an existing folder, got {short(str(path))}, and {shown} is "
+                         "a file, not a folder; pick a path in a folder.")
+    raise FileNotFoundError(f"{func}: path must be a file in an existing folder, got {short(str(path))}, and the "
+                            f"folder {shown} does not exist; create it first with os.makedirs({shown}, "
+                            "exist_ok=True), or check the folder's name.")
+
+
 def _components(variable: Any) -> list[Any]:
     """The per-replica tf.Variables behind a Keras variable (one for an ordinary model)."""
     backing = getattr(variable, "value", variable)
@@ -82,13 +108,28 @@ def _components(variable: Any) -> list[Any]:
     return list(values) if isinstance(values, (tuple, list)) else [backing]
 
 
-def _snapshot(model: Any) -> list[list[Any]]:
+def _optimizer(model: Any) -> Any:
+    """The model's optimizer, or None when it was never compiled."""
+    return getattr(model, "optimizer", None)
+
+
+def _variables(model: Any, optimizer: bool = True) -> list[Any]:
+    """The model's weights, then (``optimizer=True``) its optimizer's variables: every variable a file holds."""
+    found = list(model.weights)
+    opt = _optimizer(model) if optimizer else None
+    if opt is not None:
+        seen = {id(v) for v in found}
+        found += [v for v in opt.variables if id(v) not in seen]
+    return found
+
+
+def _snapshot(variables: list[Any]) -> list[list[Any]]:
     """Every replica's copy of every variable: restoring them must not heal (or hide) a replica's state."""
-    return [[c.numpy().copy() for c in _components(v)] for v in model.weights]
+    return [[c.numpy().copy() for c in _components(v)] for v in variables]
 
 
-def _restore(model: Any, values: list[list[Any]]) -> None:
-    for v, copies in zip(model.weights, values):
+def _restore(variables: list[Any], values: list[list[Any]]) -> None:
+    for v, copies in zip(variables, values):
         for component, value in zip(_components(v), copies):
             component.assign(value)
 
@@ -96,19 +137,26 @@ def _restore(model: Any, values: list[list[Any]]) -> None:
 def _sentinel(variable: Any) -> Any:
     import numpy as np
 
-    return np.full(variable.shape, _SENTINEL if "float" in str(variable.dtype) else 7, dtype=variable.dtype)
+    dtype = str(variable.dtype)
+    if "float" in dtype:
+        return np.full(variable.shape, _SENTINEL, dtype=dtype)
+    if "int" in dtype:     # far from any count: an optimizer's step counter may well be 7
+        info = np.iinfo(np.dtype(dtype))
+        return np.full(variable.shape, info.min + 7 if info.min < 0 else info.max - 7, dtype=dtype)
+    return np.full(variable.shape, 7, dtype=dtype)
 
 
-def _fill_sentinel(model: Any) -> None:
-    for v in model.weights:
+def _fill_sentinel(variables: list[Any]) -> None:
+    for v in variables:
         v.assign(_sentinel(v))
 
 
-def _unloaded(model: Any) -> list[str]:
-    return [v.path for v in model.weights if v.numpy().tobytes() == _sentinel(v).tobytes()]
+def _unloaded(variables: list[Any]) -> list[str]:
+    return [v.path for v in variables if v.numpy().tobytes() == _sentinel(v).tobytes()]
 
 
-#: Warnings Keras lets through while it skips a mismatched variable that say nothing about the file.
+#: Warnings Keras lets through while it skips a mismatched variable that say nothing about the file. The
+#: optimizer's own ("Skipping variable loading for optimizer ...") is checked by load_verified itself (_check_layout).
 _NOISE = ("optimizer", "__array__ implementation")
 _SHAPE = re.compile(r"variable\.shape=(\([^)]*\)), Received: value\.shape=(\([^)]*\))\. "
                     r"Target variable: <Variable path=([^,]+),")
@@ -123,11 +171,99 @@ def _unreadable(func: str, path: Path, err: BaseException) -> "LoadError":
                      [])
 
 
-def _load_into(model: Any, path: Path) -> tuple[list[str], list[str]]:
-    """Load ``path`` into ``model`` (sentinel-filled first); return (unloaded variable paths, warnings)."""
+@contextlib.contextmanager
+def _weights_file(path: Path) -> Iterator[Any]:
+    """The HDF5 file of variables: the file itself (.weights.h5), or model.weights.h5 in a .keras archive."""
     import zipfile
 
-    _fill_sentinel(model)
+    import h5py
+
+    if path.name.endswith(".keras"):
+        with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as inner:
+            with h5py.File(inner, "r") as f:
+                yield f
+    else:
+        with h5py.File(path, "r") as f:
+            yield f
+
+
+class _Layout:
+    """What a Keras 3 weights file holds: each variable's key (``layers/dense_1/vars/0``: attribute path, the
+    layer's class and occurrence, never its name) and shape; the name recorded for each group; the
+    optimizer's step when its first variable is a scalar integer (Keras's ``iterations``)."""
+
+    def __init__(self, f: Any):
+        import h5py
+
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.names: dict[str, str] = {}
+
+        def visit(key: str, item: Any) -> None:
+            if isinstance(item, h5py.Dataset):
+                self.shapes[key] = tuple(item.shape)
+            elif key.endswith("/vars") and "name" in item.attrs:
+                name = item.attrs["name"]
+                self.names[key[:-len("/vars")]] = name.decode() if isinstance(name, bytes) else str(name)
+
+        f.visititems(visit)
+        first = f.get(_OPTIMIZER + "vars/0")
+        self.step = (int(first[()]) if isinstance(first, h5py.Dataset) and first.shape == ()
+                     and first.dtype.kind in "iu" else None)
+
+    def layers(self) -> dict[str, tuple[int, ...]]:
+        return {k: s for k, s in self.shapes.items() if not k.startswith(_OPTIMIZER)}
+
+    def optimizer(self) -> dict[str, tuple[int, ...]]:
+        return {k: s for k, s in self.shapes.items() if k.startswith(_OPTIMIZER)}
+
+    def describe_optimizer(self) -> str:
+        name = self.names.get(_OPTIMIZER.rstrip("/"), "")
+        step = f" at step {self.step}" if self.step is not None else ""
+        return f"optimizer {name!r}{step}, {len(self.optimizer())} variables" if name else \
+            f"an optimizer{step}, {len(self.optimizer())} variables"
+
+
+def _file_layout(func: str, path: Path) -> _Layout:
+    import zipfile
+
+    try:
+        with _weights_file(path) as f:
+            return _Layout(f)
+    except (zipfile.BadZipFile, OSError, KeyError) as err:   # not a zip / HDF5 file, or no weights in it
+        raise _unreadable(func, path, err) from err
+
+
+def _model_layout(model: Any) -> _Layout:
+    """The keys this model's variables have in a weights file: found by writing one (Keras's own walk over the
+    model), so nested models, containers and optimizers are keyed exactly as a load will look them up."""
+    with tempfile.TemporaryDirectory(prefix="gputrain-layout-") as folder:
+        probe = Path(folder) / "probe.weights.h5"
+        with warnings.catch_warnings():      # writing a scratch file: nothing said here concerns the user's file
+            warnings.simplefilter("ignore")
+            model.save_weights(str(probe))
+        with _weights_file(probe) as f:
+            return _Layout(f)
+
+
+def _groups(keys: list[str], names: dict[str, str]) -> list[str]:
+    """'layers/dense_2 (layer 'out', 2 variables)' for each group of the given variable keys, in file order."""
+    counts: dict[str, int] = {}
+    for key in keys:
+        group = key.rsplit("/vars/", 1)[0]
+        counts[group] = counts.get(group, 0) + 1
+    items = []
+    for group, n in counts.items():
+        name = names.get(group)
+        kind = "optimizer" if group.rsplit("/", 1)[-1] == "optimizer" else "layer"
+        items.append(f"{group} ({f'{kind} {name!r}, ' if name else ''}{n} variable{'s' if n > 1 else ''})")
+    return items
+
+
+def _load_into(model: Any, path: Path, variables: list[Any]) -> tuple[list[str], list[str]]:
+    """Load ``path`` into ``model`` (``variables`` sentinel-filled first); return (those not loaded, warnings)."""
+    import zipfile
+
+    _fill_sentinel(variables)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -135,7 +271,7 @@ def _load_into(model: Any, path: Path) -> tuple[list[str], list[str]]:
         except (zipfile.BadZipFile, OSError, KeyError) as err:   # not a zip / HDF5 file, or no weights in it
             raise _unreadable("load_verified", path, err) from err
     messages = [str(w.message) for w in caught if not any(n in str(w.message) for n in _NOISE)]
-    return _unloaded(model), messages
+    return _unloaded(variables), messages
 
 
 def _shape_mismatches(messages: list[str]) -> list[str]:
@@ -174,11 +310,17 @@ def _describe(poisoned: list[tuple[str, int]]) -> str:
 def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Path:
     """Save ``model`` to ``path`` (.weights.h5 or .keras) atomically, after checking the written file.
 
-    The check loads the file back into the model and compares every variable bit for bit with the
-    values before saving; the model ends exactly as it started either way, every replica's copy
-    included (a distributed model's replicas are restored one by one, never synced to replica 0).
+    ``path``'s folder must exist: a missing folder raises FileNotFoundError before anything is written (create it
+    with ``os.makedirs(folder, exist_ok=True)``); the folder is never created here.
 
-    A model holding NaN/inf in any replica's copy of any variable is refused (NonFiniteError, nothing
+    The check loads the file back into the model and compares, bit for bit with the values before saving, every
+    variable the file holds: the weights, and the optimizer's variables (its step counter ``iterations``, the
+    learning rate, Adam's moments ...) when the model is compiled. Both formats write the optimizer's
+    variables in Keras 3 (``save_weights`` too, under ``optimizer/`` in the .weights.h5 file): a file of an
+    uncompiled model holds the weights only. The model ends exactly as it started either way, every replica's
+    copy included (a distributed model's replicas are restored one by one, never synced to replica 0).
+
+    A model holding NaN/inf in any replica's copy of any weight is refused (NonFiniteError, nothing
     written): such a file loads without complaint, and predicts NaN or hides the replicas' NaN (it keeps replica
     0's copy). ``allow_nonfinite=True`` saves it
     anyway, for a post-mortem.
@@ -188,6 +330,7 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
     _check_args("save_verified", model, path)
     require_bool("save_verified", "allow_nonfinite", allow_nonfinite)
     path = _check_path("save_verified", path)
+    _check_folder("save_verified", path)
     if not model.weights:
         raise ValueError("save_verified: the model has no variables yet: build it (call it once) before saving.")
     poisoned = _nonfinite(model)
@@ -201,21 +344,21 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
                              "replica's copies with gputrain_kit.replica_report(model, model.distribute_strategy) "
                              "(notebook 05); pass allow_nonfinite=True to save anyway for a post-mortem.",
                              poisoned)
-    path.parent.mkdir(parents=True, exist_ok=True)
     suffix = ".weights.h5" if path.name.endswith(".weights.h5") else ".keras"
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
     os.close(fd)
     tmp = Path(tmp_name)
-    before = _snapshot(model)
+    variables = _variables(model)
+    before = _snapshot(variables)
     try:
         if suffix == ".keras":
             model.save(str(tmp))
         else:
             model.save_weights(str(tmp))
-        missing, _ = _load_into(model, tmp)
-        changed = [v.path for v, old in zip(model.weights, before)       # the file holds replica 0's values
-                   if v.numpy().tobytes() != np.asarray(old[0]).tobytes()]
-        _restore(model, before)
+        missing, _ = _load_into(model, tmp, variables)
+        changed = [v.path for v, old in zip(variables, before)       # the file holds replica 0's values
+                   if v.path not in missing and v.numpy().tobytes() != np.asarray(old[0]).tobytes()]
+        _restore(variables, before)
         if missing or changed:
             raise SaveError(f"save_verified: {tmp.name} did not read back identically "
                             f"({len(missing)} variable(s) missing, {len(changed)} different: "
@@ -224,32 +367,119 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
-        _restore(model, before)
+        _restore(variables, before)
         tmp.unlink(missing_ok=True)
         raise
     return path
 
 
-def load_verified(model: Any, path: Any) -> Any:
-    """Load weights from ``path`` into ``model``; raise LoadError listing every variable not loaded.
+def _build_optimizer(model: Any) -> None:
+    """Create the optimizer's variables as ``fit`` would (in the model's strategy scope, on TensorFlow)."""
+    strategy = getattr(model, "distribute_strategy", None)
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model.optimizer.build(model.trainable_variables)
 
-    Unlike ``load_weights(..., skip_mismatch=True)`` (a warning) or a partial match (silence), a load
-    that leaves any variable untouched raises, and the model keeps its previous values.
+
+def _check_layout(model: Any, path: Path, file: _Layout) -> bool:
+    """Refuse, before anything is loaded, a file holding variables the model lacks, or optimizer state that does
+    not fit the model's optimizer; build a compiled model's unbuilt optimizer when the file holds its state.
+    Returns whether the file's optimizer state is to be loaded (and checked)."""
+    model_layout = _model_layout(model)
+    wanted, held = model_layout.layers(), file.layers()
+    if any(held.get(k) != s for k, s in wanted.items()):     # missing or reshaped: the sentinel load names them
+        return bool(file.optimizer()) and _optimizer(model) is not None
+    extra = [k for k in held if k not in wanted]
+    if extra:
+        groups = _groups(extra, file.names)
+        shown = "; ".join(groups[:4]) + (f"; and {len(groups) - 4} more" if len(groups) > 4 else "")
+        raise LoadError(f"load_verified: {path.name} holds {len(extra)} variable(s) the model has no place for: "
+                        f"{shown}. Keras would load the rest and ignore these without a word; the model was left "
+                        "unchanged. The file was saved from a larger model (more layers, or layers of another "
+                        "class): load it into that model, or rebuild the model it was saved from.", [], extra)
+    state = file.optimizer()
+    optimizer = _optimizer(model)
+    if not state or optimizer is None:
+        return False
+    mine = model_layout.optimizer()
+    if mine != state and not getattr(optimizer, "built", True):   # state of a built optimizer: build this one
+        _build_optimizer(model)
+        mine = _model_layout(model).optimizer()
+    if mine != state:
+        name = f"{getattr(optimizer, 'name', '')!r} ({type(optimizer).__name__}, {len(mine)} variables)"
+        if file.step == 0 and len(state) < len(mine):      # saved after compile(), before the first step
+            cause = (f"was saved before its first training step (compile() had created only its step counter "
+                     f"and learning rate), and the model's optimizer {name} is built. The model was left "
+                     "unchanged. Load it into a model compiled and not trained yet")
+        else:
+            cause = (f"does not fit the model's optimizer {name}: the file was saved with another optimizer, or "
+                     "with other layers trainable. The model was left unchanged. To resume training, compile the "
+                     "model with the optimizer it was saved with")
+        raise LoadError(f"load_verified: {path.name} holds the state of {file.describe_optimizer()}, which {cause}; "
+                        "to take the weights alone, load them before compile() (a warning says the optimizer "
+                        "state was left out).", [v.path for v in optimizer.variables])
+    return True
+
+
+def load_verified(model: Any, path: Any) -> Any:
+    """Load ``path`` (.weights.h5 or .keras) into ``model``, all of it or nothing; raise LoadError naming what
+    does not fit.
+
+    Guarantees, when it returns:
+
+    - every weight of the model was loaded from the file (none kept its previous value);
+    - the file holds no variable the model lacks (a file of a larger model is refused, not loaded in part);
+    - the optimizer's state in the file (step counter ``iterations``, learning rate, Adam's moments ...) was
+      loaded into the model's optimizer, every variable of it. A compiled model's optimizer that was not built
+      yet (compile() alone creates only its step counter and learning rate) is built first, as ``fit`` would
+      build it, when the file holds a built optimizer's state. The learning rate becomes the file's, whatever
+      compile() was given.
+
+    Refused (LoadError, raised before anything is loaded where the file's contents show it): a variable of the
+    model missing from the file or of another shape (``.missing``), variables in the file the model has no
+    place for (``.extra``), optimizer state that does not fit the model's compiled optimizer (another optimizer,
+    or other trainable layers; or a file saved before the first training step loaded into a built optimizer). On refusal every variable of the model and of its optimizer holds its previous
+    value; an optimizer built for the load stays built, with its initial values (step 0), as ``fit`` would
+    have built it.
+
+    A file with optimizer state loaded into a model with no optimizer (not compiled): the weights are loaded
+    and an OptimizerStateWarning says the optimizer state was left out (compile before loading to resume
+    training). A file without optimizer state (saved from an uncompiled model) leaves the model's optimizer as
+    it was.
+
+    Not checked: that the file comes from the same architecture. Variables are matched by the layer's class
+    and occurrence (``layers/dense_1``), never by name, so layers renamed, or reordered among classes with the
+    same shapes, load without complaint (notebook 04, section 2). NaN/inf loaded gives a NonFiniteWarning,
+    not an error. Compiled metrics are not in the file.
+
+    To compare the file with the model before loading, it writes the model's own weights file once to a
+    temporary folder (twice when it builds the optimizer): a load costs about one save more.
     """
     _check_args("load_verified", model, path)
     path = _check_path("load_verified", path)
     if not path.exists():
-        raise FileNotFoundError(f"load_verified: {path} does not exist.")
+        folder = path.parent
+        where = "" if folder.is_dir() else f", nor does its folder {short(str(folder))}"
+        raise FileNotFoundError(f"load_verified: path must be an existing file, got {short(str(path))}, which does "
+                                f"not exist{where}; check the file's name and folder.")
     if not model.weights:
         raise ValueError("load_verified: build the model (call it once) before loading weights into it.")
-    before = _snapshot(model)
+    file = _file_layout("load_verified", path)
+    with_optimizer = _check_layout(model, path, file)
+    variables = _variables(model, optimizer=with_optimizer)
+    before = _snapshot(variables)
     try:
-        missing, messages = _load_into(model, path)
+        missing, messages = _load_into(model, path, variables)
     except BaseException:
-        _restore(model, before)
+        _restore(variables, before)
         raise
     if missing:
-        _restore(model, before)
+        _restore(variables, before)
+        weights = {v.path for v in model.weights}
+        missing_weights = [p for p in missing if p in weights]
+        if not missing_weights:        # only the optimizer's: _check_layout matched their keys and shapes
+            raise LoadError(f"load_verified: {len(missing)} of the optimizer's variable(s) were not loaded from "
+                            f"{path.name}: {shorten_message(', '.join(missing), 300)}. The model was left "
+                            "unchanged.", missing)
         shapes = _shape_mismatches(messages)
         if shapes:
             detail = (f" Cause: the shapes differ ({'; '.join(shapes[:4])}"
@@ -257,15 +487,20 @@ def load_verified(model: Any, path: Any) -> Any:
         else:
             said = messages[0].splitlines()[0].split(" Example error message")[0].strip() if messages else ""
             detail = f' Keras said: "{shorten_message(said, 200)}"' if said else ""
-            if len(missing) < len(model.weights):     # the file has some of the model's layers, not all
+            if len(missing_weights) < len(model.weights):     # the file has some of the model's layers, not all
                 detail += (" The file holds only some of the model's layers: was it written only partly (an "
                            "interrupted save), or saved from a model with fewer layers?")
             else:
                 detail += (" None of the model's layers is in the file: was it saved from a different model "
                            "(e.g. a parallel wrapper instead of its template)?")
-        raise LoadError(f"load_verified: {len(missing)} of {len(model.weights)} variable(s) were not loaded from "
-                        f"{path.name}: {shorten_message(', '.join(missing), 400)}. The model was left unchanged."
-                        f"{detail}", missing)
+        raise LoadError(f"load_verified: {len(missing_weights)} of {len(model.weights)} variable(s) were not loaded "
+                        f"from {path.name}: {shorten_message(', '.join(missing_weights), 400)}. The model was left "
+                        f"unchanged.{detail}", missing_weights)
+    if file.optimizer() and _optimizer(model) is None:
+        warnings.warn(f"load_verified: {path.name} also holds the state of {file.describe_optimizer()}, and the "
+                      "model has no optimizer (it is not compiled): the weights were loaded, the optimizer state was "
+                      "not. To resume training from this file, compile the model before loading it.",
+                      OptimizerStateWarning, stacklevel=2)
     poisoned = _nonfinite(model)
     if poisoned:
         warnings.warn(f"load_verified: {path.name} loaded, but {_describe(poisoned)}: it was saved from a poisoned "

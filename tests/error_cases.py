@@ -176,10 +176,19 @@ case("sharding.expected_bytes_per_device", "mesh_shape", "a mesh_shape that is n
      "(2, 4), ['batch', 'model'], [f'cpu:{i}' for i in range(8)])), {'batch': 4, 'model': 2})")
 case("sharding.check_distributed", "", "a model on the TensorFlow backend", "kit.sharding.check_distributed(dense)")
 case("load_verified", "path", "a number as the path", "kit.load_verified(dense, 123)")
-case("load_verified", "", "a file that does not exist", "kit.load_verified(dense, os.path.join(tmp, 'none.keras'))")
+case("load_verified", "path", "a file that does not exist", "kit.load_verified(dense, os.path.join(tmp, 'none.keras'))")
 case("load_verified", "", "a .keras file that is not a zip", "kit.load_verified(dense, corrupt_keras)")
 case("load_verified", "", "a .weights.h5 file that is not HDF5", "kit.load_verified(dense, corrupt_h5)")
 case("load_verified", "", "weights of a wider model", "kit.load_verified(narrow, wide_file)")
+case("save_verified", "path", "a missing folder",
+     "kit.save_verified(dense, os.path.join(tmp, 'no-such-folder', 'm.keras'))")
+case("save_verified", "path", "a file where the folder should be",
+     "kit.save_verified(dense, os.path.join(wide_file, 'm.keras'))")
+case("load_verified", "path", "a missing folder",
+     "kit.load_verified(dense, os.path.join(tmp, 'no-such-folder', 'm.keras'))")
+case("load_verified", "", "a file with a layer the model lacks", "kit.load_verified(dense, deeper_file)")
+case("load_verified", "", "Adam's state into a model compiled with SGD", "kit.load_verified(sgd, adam_file)")
+case("load_verified", "", "optimizer state into an uncompiled model (a warning)", "kit.load_verified(fresh, adam_file)")
 
 
 def functional():
@@ -209,6 +218,18 @@ def run() -> list[dict[str, str]]:
     narrow = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, name="hidden")], name="narrow")
     wide_file = os.path.join(tmp, "wide.weights.h5")
     wide.save_weights(wide_file)
+    deeper = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="hidden"),
+                               keras.layers.Dense(3, name="extra")], name="deeper")
+    deeper_file = os.path.join(tmp, "deeper.weights.h5")
+    deeper.save_weights(deeper_file)
+    adam = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)], name="adam_net")
+    adam.compile("adam", "mse")
+    adam.optimizer.build(adam.trainable_variables)
+    adam_file = os.path.join(tmp, "adam.weights.h5")
+    adam.save_weights(adam_file)
+    sgd = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)], name="sgd_net")
+    sgd.compile("sgd", "mse")
+    fresh = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)], name="fresh")
     corrupt_keras, corrupt_h5 = os.path.join(tmp, "half.keras"), os.path.join(tmp, "half.weights.h5")
     for name in (corrupt_keras, corrupt_h5):
         Path(name).write_text("not a model")
@@ -217,7 +238,8 @@ def run() -> list[dict[str, str]]:
         return 1
 
     scope = dict(kit=kit, keras=keras, np=np, os=os, tmp=tmp, strategy=strategy, mirrored=mirrored, dense=dense,
-                 poisoned=poisoned, unbuilt=unbuilt, narrow=narrow, wide_file=wide_file,
+                 poisoned=poisoned, unbuilt=unbuilt, narrow=narrow, wide_file=wide_file, deeper_file=deeper_file,
+                 adam_file=adam_file, sgd=sgd, fresh=fresh,
                  corrupt_keras=corrupt_keras, corrupt_h5=corrupt_h5, job=job, functional=functional)
     results = []
     for function, argument, given, code in CASES:

@@ -231,6 +231,167 @@ def test_lambda_stores_code_safe_mode_false_loads_registered_layer_stores_config
     assert loading["safe_loads"]
 
 
+
+PARTIAL = """
+    import json, os, tempfile, warnings, h5py, numpy as np, gputrain_kit as kit
+    kit.setup(devices=1)
+    import keras
+    d = tempfile.mkdtemp()
+    p = lambda name: os.path.join(d, name)
+    (x, y), (xv, yv) = kit.data.digits()
+
+    def mk(optimizer="adam", build=True):
+        m = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu", name="hidden"),
+                              keras.layers.Dense(10, name="logits")])
+        if optimizer is None:
+            return m
+        m.compile(optimizer, keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+        if build:
+            m.optimizer.build(m.trainable_variables)
+        return m
+
+    def groups(path):
+        found = {}
+        def visit(key, item):
+            if key.endswith("vars") and len(item):
+                found[key.removesuffix("/vars")] = item.attrs["name"]
+        with h5py.File(path, "r") as f:
+            f.visititems(visit)
+        return found
+
+    def values(variables):
+        return [v.numpy() for v in variables]
+
+    def same(a, b):
+        return len(a) == len(b) and all(np.array_equal(u, v) for u, v in zip(a, b))
+
+    def user_warnings(caught):
+        return [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+    out = {}
+    # a file holding more than the model: Keras loads the rest in silence, load_verified refuses first
+    deeper = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32, activation="relu", name="hidden"),
+                               keras.layers.Dense(10, name="logits"), keras.layers.Dense(10, name="calibration")])
+    deeper.save_weights(p("deeper.weights.h5"))
+    bare = mk(None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bare.load_weights(p("deeper.weights.h5"))
+    out["deeper_plain_warnings"] = user_warnings(caught)
+    out["deeper_plain_loaded"] = same(bare.get_weights(), deeper.get_weights()[:4])
+    target = mk(); kept = values(target.weights) + values(target.optimizer.variables)
+    try:
+        kit.load_verified(target, p("deeper.weights.h5")); out["deeper_error"] = None
+    except kit.saving.LoadError as e:
+        out["deeper_error"], out["deeper_extra"] = str(e), e.extra
+    out["deeper_unchanged"] = same(kept, values(target.weights) + values(target.optimizer.variables))
+
+    # the optimizer's state: in the file, skipped by load_weights into a compiled model, restored by load_verified
+    trained = mk()
+    trained.fit(x, y, batch_size=128, epochs=1, verbose=0)
+    path = kit.save_verified(trained, p("trained.weights.h5"))
+    out["steps_per_epoch"] = int(np.ceil(len(x) / 128))
+    out["trained"] = {"groups": sorted(groups(path)), "step": int(trained.optimizer.iterations),
+                      "learning_rate": float(trained.optimizer.learning_rate)}
+    restarted = mk(keras.optimizers.Adam(learning_rate=1e-4), build=False)
+    out["compile_creates"] = len(restarted.optimizer.variables)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        restarted.load_weights(path)
+    out["plain"] = {"step": int(restarted.optimizer.iterations), "warnings": user_warnings(caught),
+                    "weights": same(restarted.get_weights(), trained.get_weights())}
+    restarted = mk(keras.optimizers.Adam(learning_rate=1e-4), build=False)
+    kit.load_verified(restarted, path)
+    out["verified"] = {"step": int(restarted.optimizer.iterations), "built": restarted.optimizer.built,
+                       "learning_rate": float(restarted.optimizer.learning_rate),
+                       "optimizer_equal": same(values(restarted.optimizer.variables), values(trained.optimizer.variables)),
+                       "weights": same(restarted.get_weights(), trained.get_weights())}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        uncompiled = kit.load_verified(mk(None), path)
+    out["uncompiled"] = {"warnings": [[w.category.__name__, str(w.message)] for w in caught
+                                      if issubclass(w.category, UserWarning)],
+                         "weights": same(uncompiled.get_weights(), trained.get_weights())}
+    sgd = mk("sgd", build=False)
+    try:
+        kit.load_verified(sgd, path); out["sgd_error"] = None
+    except kit.saving.LoadError as e:
+        out["sgd_error"] = str(e)
+    out["sgd_after"] = {"built": sgd.optimizer.built, "step": int(sgd.optimizer.iterations),
+                        "weights_kept": not same(sgd.get_weights(), trained.get_weights())}
+
+    # not checked: the architecture (Dense / LayerNormalization swapped, same shapes)
+    orig = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64, activation="relu"),
+                             keras.layers.LayerNormalization(), keras.layers.Dense(10)])
+    orig.save_weights(p("orig.weights.h5"))
+    sw = keras.Sequential([keras.Input((64,)), keras.layers.LayerNormalization(),
+                           keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
+    try:
+        kit.load_verified(sw, p("orig.weights.h5")); out["swapped_verified"] = True
+    except kit.saving.LoadError:
+        out["swapped_verified"] = False
+    print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def partial():
+    return last_json(run_python(PARTIAL))
+
+
+def test_a_file_with_an_extra_layer_loads_silently_and_load_verified_refuses_naming_it(partial):
+    """Section 2: load_weights takes the layers the model has and ignores the file's third one, without a
+    warning; load_verified refuses before loading, names the group and the layer, the model unchanged."""
+    assert partial["deeper_plain_warnings"] == [] and partial["deeper_plain_loaded"]
+    assert partial["deeper_extra"] == ["layers/dense_2/vars/0", "layers/dense_2/vars/1"]
+    assert "layers/dense_2 (layer 'calibration', 2 variables)" in partial["deeper_error"]
+    assert "no place for" in partial["deeper_error"] and partial["deeper_unchanged"]
+
+
+def test_the_file_holds_the_optimizer_state_and_no_metrics(partial):
+    """Section 2: the groups of a compiled, trained model's file: its layers and its optimizer, not its metrics;
+    Adam's step after one epoch is the epoch's steps."""
+    assert partial["trained"]["groups"] == ["layers/dense", "layers/dense_1", "optimizer"]
+    assert partial["trained"]["step"] == partial["steps_per_epoch"]
+
+
+def test_load_weights_skips_the_optimizer_state_of_a_freshly_compiled_model_with_one_warning(partial):
+    """Section 2: compile creates only the step counter and the learning rate; load_weights loads the weights,
+    warns once that it skipped the optimizer, and leaves the step at 0."""
+    plain = partial["plain"]
+    assert partial["compile_creates"] == 2
+    assert plain["weights"] and plain["step"] == 0
+    assert len(plain["warnings"]) == 1 and plain["warnings"][0].startswith("Skipping variable loading for optimizer")
+    assert "because it has 2 variables whereas the saved optimizer has 10 variables" in plain["warnings"][0]
+
+
+def test_load_verified_builds_the_optimizer_and_restores_all_of_its_state(partial):
+    """Section 2: the step, every optimizer variable, and the file's learning rate replacing compile's 1e-4."""
+    got = partial["verified"]
+    assert got["built"] and got["weights"] and got["optimizer_equal"]
+    assert got["step"] == partial["trained"]["step"]
+    assert got["learning_rate"] == partial["trained"]["learning_rate"] and got["learning_rate"] != pytest.approx(1e-4)
+
+
+def test_load_verified_into_an_uncompiled_model_loads_the_weights_and_warns(partial):
+    """Section 2: weights loaded; one OptimizerStateWarning naming the step and the fix."""
+    got = partial["uncompiled"]
+    assert got["weights"] and [kind for kind, _ in got["warnings"]] == ["OptimizerStateWarning"]
+    text = got["warnings"][0][1]
+    assert f"at step {partial['trained']['step']}, 10 variables" in text and "not compiled" in text
+    assert "compile the model before loading it" in text
+
+
+def test_load_verified_refuses_state_of_another_optimizer_which_stays_built_at_step_0(partial):
+    """Section 2: Adam's state does not fit SGD; refused; SGD built for the comparison, at step 0; weights kept."""
+    assert "does not fit the model's optimizer 'sgd' (SGD, 2 variables)" in partial["sgd_error"]
+    assert partial["sgd_after"] == {"built": True, "step": 0, "weights_kept": True}
+
+
+def test_load_verified_does_not_check_the_architecture(partial):
+    """Section 2: the Dense/LayerNormalization swap (same classes, same shapes) passes load_verified too."""
+    assert partial["swapped_verified"]
+
 HDF5 = """
     import json, logging, os, tempfile, zipfile, h5py, numpy as np, gputrain_kit as kit
     kit.setup(devices=1)
