@@ -87,17 +87,28 @@ def _check_path(func: str, path: Any) -> Path:
     return path
 
 
+def _path_text(path: Path, limit: int = 160) -> str:
+    """A path as the learner typed it (repr), or its end when it is very long: the end names the file and the
+    folders nearest it, which are what a fix needs."""
+    text = repr(str(path))
+    return text if len(text) <= limit else "'..." + text[-(limit - 4):]
+
+
 def _check_folder(func: str, path: Path) -> None:
     """The file's folder must exist: a typo in a folder name must not quietly create a new tree of folders."""
     folder = path.parent
     if folder.is_dir():
         return
-    shown = short(str(folder))
+    shown = _path_text(folder)
     if folder.exists():
-        raise ValueError(f"{func}: path must be a file in an existing folder, got {short(str(path))}, and {shown} is "
-                         "a file, not a folder; pick a path in a folder.")
-    raise FileNotFoundError(f"{func}: path must be a file in an existing folder, got {short(str(path))}, and the "
-                            f"folder {shown} does not exist; create it first with os.makedirs({shown}, "
+        raise ValueError(f"{func}: path must be a file in an existing folder, got {_path_text(path)}, and {shown} "
+                         "is a file, not a folder; pick a path in a folder.")
+    missing = folder
+    while not missing.parent.exists() and missing.parent != missing:
+        missing = missing.parent        # the first folder on the way that does not exist: where a typo would be
+    first = "" if missing == folder else f" (nothing from {_path_text(missing)} on exists)"
+    raise FileNotFoundError(f"{func}: path must be a file in an existing folder, got {_path_text(path)}, and the "
+                            f"folder {shown} does not exist{first}; create it first with os.makedirs({shown}, "
                             "exist_ok=True), or check the folder's name.")
 
 

@@ -265,10 +265,18 @@ def test_save_verified_refuses_a_missing_folder_and_creates_nothing(tmp_path):
     with pytest.raises(FileNotFoundError) as caught:
         save_verified(model, target)
     text = str(caught.value)
-    # a long path (pytest-xdist's tmp_path) is shortened in the message: the folder's end and the fix are named
-    assert text.startswith("save_verified: path ") and "such" in text
-    assert "os.makedirs(" in text and "exist_ok=True)" in text
+    assert text.startswith("save_verified: path ") and repr(str(target.parent)) in text     # in full
+    assert f"nothing from {str(tmp_path / 'no')!r} on exists" in text                          # where the typo is
+    assert f"os.makedirs({str(target.parent)!r}, exist_ok=True)" in text
     assert not (tmp_path / "no").exists()
+    # a very long path keeps its end (the folders nearest the file, which a fix needs) and the fix
+    deep = tmp_path / ("long_folder_name_" * 12)
+    deep.mkdir()
+    with pytest.raises(FileNotFoundError) as caught:
+        save_verified(model, deep / "missing" / "m.keras")
+    text = str(caught.value)
+    assert "'..." in text and "/missing'" in text and "exist_ok=True)" in text
+    assert not (deep / "missing").exists()
     (tmp_path / "plain").write_text("a file")
     with pytest.raises(ValueError, match="is a file, not a folder"):
         save_verified(model, tmp_path / "plain" / "m.weights.h5")
