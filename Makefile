@@ -6,13 +6,13 @@ STAMP  := $(VENV)/.installed
 # Same environment for the executor, nbval and the tests: reproducible hashing.
 export PYTHONHASHSEED := 0
 
-.PHONY: lab test lint unit nbval notebooks install doctor bench lock screenshots errors-doc gpu-check clean \
-	test-wheel test-bootstrap test-versions workshop-check
+.PHONY: lab test site lint unit nbval notebooks install doctor bench lock screenshots errors-doc gpu-check clean \
+	test-wheel test-bootstrap test-versions workshop-check release-check
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,jax]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,jax,lab,site]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,6 +29,11 @@ lab: $(STAMP)
 # Unit tests first, then strict nbval over every notebook. Stored outputs are the simulated-device
 # run, so notebooks are executed and compared with GPUs hidden, on any machine.
 test: lint unit nbval
+
+# The course as a static website from the stored outputs (nothing runs): build/site, MkDocs + mkdocs-jupyter.
+# tests/project/test_site.py builds it once and opens every page in Chromium (part of `make unit`).
+site: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) tools/build_site.py
 
 # ruff (pyflakes, pycodestyle's errors, bugbear) on the kit, the tests and the tools; mypy on the kit's types.
 lint: $(STAMP)
@@ -82,6 +87,11 @@ errors-doc: $(STAMP)
 test-wheel: $(STAMP)
 	$(PY) -m pytest tests/project/test_wheel.py -m wheel -p no:cacheprovider
 
+# The release steps of .github/workflows/release.yml, here: sdist and wheel (python -m build), what each carries,
+# then the wheel in a clean venv runs notebook 00 (minutes: not part of `make test`).
+release-check: $(STAMP)
+	CUDA_VISIBLE_DEVICES= $(PY) tools/release_check.py
+
 # Colab/Kaggle simulated: a clean venv with another TensorFlow and Keras preinstalled runs a notebook's first cell,
 # which must install the kit without replacing them (minutes: not part of `make test`).
 test-bootstrap: $(STAMP)
@@ -99,7 +109,7 @@ test-versions:
 # GPU-only claims, every notebook, the unit tests), recorded in artifacts/gpu/report.json (docs/gpu.md).
 GPU_STAMP := $(VENV)/.installed-gpu
 $(GPU_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[gpu,test,jax]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[gpu,test,jax,lab,site]'
 	touch $(GPU_STAMP)
 
 gpu-check: $(GPU_STAMP)

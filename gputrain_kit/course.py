@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Sequence
 
 from ._args import ArgumentTypeError, short
 
-__all__ = ["REPOSITORY", "notebook_files", "copy_notebooks", "lab_command", "colab_url", "kaggle_url"]
+__all__ = ["REPOSITORY", "INSTALL_LAB", "notebook_files", "copy_notebooks", "lab_command", "lab_missing",
+           "running_as_root", "colab_url", "kaggle_url"]
 
 #: Where the course is published: the notebooks' Colab and Kaggle badges open it, and their first cell installs the
 #: kit from it where it is missing (``tools/platform_cells.py`` writes both; change it here, then run that tool).
 REPOSITORY = "https://github.com/gputrain-kit/gputrain-kit"
+
+#: How to install the kit's JupyterLab side (the ``lab`` extra), with commands that work today: the kit is not on
+#: PyPI, so from a clone or from the wheel a release attaches.
+INSTALL_LAB = ("in a clone, pip install -e '.[lab,jax]' -c constraints.txt (or make lab); with the wheel, "
+               "pip install 'gputrain_kit-VERSION-py3-none-any.whl[lab,jax]' -c constraints.txt")
 
 
 def _blob(name: str) -> str:
@@ -36,7 +43,8 @@ def notebook_files() -> list[Path]:
     found = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
     if not found:
         raise FileNotFoundError(f"no notebooks in {folder}: this kit was installed without them. Install it from "
-                                "the wheel or a clone (pip install gputrain-kit, or pip install -e . in a clone).")
+                                "a clone (pip install -e '.[lab,jax]' -c constraints.txt in it) or from the wheel "
+                                f"({REPOSITORY}/releases), which ship them.")
     return found
 
 
@@ -65,9 +73,35 @@ def copy_notebooks(dest: str | Path, *, force: bool = False) -> list[Path]:
     return copies
 
 
-def lab_command(folder: str | Path) -> list[str]:
-    """The command that opens JupyterLab on ``folder`` at notebook 00, listening on 127.0.0.1 only."""
+def running_as_root() -> bool:
+    """Whether this process runs as root (containers, CI boxes), where JupyterLab refuses to start without
+    ``--allow-root``."""
+    import os
+
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def lab_command(folder: str | Path, extra: Sequence[str] = ()) -> list[str]:
+    """The command that opens JupyterLab on ``folder`` at notebook 00, listening on 127.0.0.1 only; ``extra``
+    arguments go to JupyterLab as they are (after the kit's, so that they win). As root ``--allow-root`` is added,
+    as ``make lab`` does."""
     import sys
 
+    func = "lab_command"
+    if isinstance(extra, str) or not all(isinstance(a, str) for a in extra):
+        raise ArgumentTypeError(f"{func}: extra must be a list of strings (JupyterLab's arguments), got "
+                                f"{short(extra)}; e.g. ['--port', '8890'].")
+    root = ["--allow-root"] if running_as_root() and "--allow-root" not in extra else []
     return [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1", f"--ServerApp.root_dir={folder}",
-            "--LabApp.news_url=None", "--LabApp.default_url=/lab/tree/00_start_here.ipynb"]
+            "--LabApp.news_url=None", "--LabApp.default_url=/lab/tree/00_start_here.ipynb", *root, *extra]
+
+
+def lab_missing() -> str | None:
+    """What to install when JupyterLab is missing (a kernel-side install, as on Colab, leaves it out: it is the
+    kit's ``lab`` extra), or None when it is there."""
+    import importlib.util
+
+    if importlib.util.find_spec("jupyterlab") is not None:
+        return None
+    return ("lab: JupyterLab is not installed here (the kit installs it only with its 'lab' extra: a kernel on "
+            f"Colab, Kaggle or a hub needs none). Install it: {INSTALL_LAB}")

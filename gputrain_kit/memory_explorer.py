@@ -236,8 +236,9 @@ class MemoryExplorer:
         if levers:
             rows = [widgets.HBox([self.optimizer, *later[0].children]), later[1]]
         else:                                        # notebook 08's levers, folded until the learner gets there
-            rows = [self.optimizer, widgets.Accordion(children=[widgets.VBox(later)],
-                                                      titles=("more levers (notebook 08)",), selected_index=None)]
+            more = widgets.Accordion(children=[widgets.VBox(later)], selected_index=None)
+            more.set_title(0, "more levers (notebook 08)")      # ipywidgets 7 (Colab) and 8 alike
+            rows = [self.optimizer, more]
         self.widget = widgets.VBox([widgets.HBox([self.preset, self.capacity]),
                                     widgets.HBox([self.batch, self.devices]), self.strategy, *rows,
                                     self.summary, self.plot])

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate constraints.txt: one universal resolution of pyproject.toml (with the test and jax extras) for every
+# Regenerate constraints.txt: one universal resolution of pyproject.toml (with the test, jax, lab and site extras) for every
 # Python the README names, forked by environment markers only where a package has no release for all of
 # them. Existing pins are kept wherever they still resolve (uv prefers the versions in the output file),
 # so the Python the stored outputs are made on keeps its exact versions. Usage: make lock
@@ -12,7 +12,7 @@ trap 'rm -rf "$tmp"' EXIT
 python3 -m venv "$tmp/venv"
 "$tmp/venv/bin/pip" install --quiet "uv==$UV_VERSION"
 cp constraints.txt "$tmp/constraints.txt"
-"$tmp/venv/bin/uv" pip compile pyproject.toml --extra test --extra jax --universal --python-version "$OLDEST" \
+"$tmp/venv/bin/uv" pip compile pyproject.toml --extra test --extra jax --extra lab --extra site --universal --python-version "$OLDEST" \
     --no-header --no-annotate --quiet -o "$tmp/constraints.txt"
 {
     echo "# Exact versions for every Python from $OLDEST to 3.13; markers fork only where a package has no release"

@@ -20,20 +20,31 @@ sys.path.insert(0, str(ROOT))
 from gputrain_kit.course import REPOSITORY, colab_url, kaggle_url  # noqa: E402
 
 BADGE_MARK = "colab-badge.svg"
+
 TAG = "bootstrap"
 
 BOOTSTRAP = f'''\
-# On Colab, Kaggle or any Jupyter without the kit: install it once per runtime, keeping the platform's own
-# TensorFlow and Keras (pinned to the installed versions). Where the kit is installed, this does nothing.
-# GPUTRAIN_KIT_SOURCE: another pip URL to install it from (a fork, file:///path/to/a/clone).
+# On Colab, Kaggle or any Jupyter without the kit: install it once per runtime. Every package the runtime already
+# has that pip might replace under the running kernel (TensorFlow, Keras, JAX, NumPy, the Jupyter stack) is pinned
+# to its installed version. Where the kit is installed, this does nothing.
+# GPUTRAIN_KIT_SOURCE: another pip URL to install it from (a fork, file:///path/to/a/clone, a wheel).
 import importlib, importlib.metadata, importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("gputrain_kit") is None:
     providers = importlib.metadata.packages_distributions()
-    keep = [f"{{name}}=={{importlib.metadata.version(name)}}"
-            for module in ("tensorflow", "keras") for name in providers.get(module, [])[:1]]
+    kept = ("tensorflow", "keras", "jax", "jaxlib", "numpy", "matplotlib", "ipywidgets", "ipykernel", "IPython",
+            "jupyter_client", "jupyter_server", "notebook", "tornado", "traitlets")
+    keep = sorted({{f"{{name}}=={{importlib.metadata.version(name)}}"
+                   for module in kept for name in providers.get(module, [])[:1]}})
     source = os.environ.get("GPUTRAIN_KIT_SOURCE", "git+{REPOSITORY}")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", f"gputrain-kit @ {{source}}", *keep], check=True)
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--disable-pip-version-check",
+                          f"gputrain-kit @ {{source}}", *keep], capture_output=True, text=True)
+    if pip.returncode != 0:
+        print(pip.stdout[-4000:], pip.stderr[-4000:], sep="\\n")
+        raise RuntimeError("pip could not install the kit without replacing what this runtime uses (pip's own words "
+                           "are above). Fix: a fresh runtime; if pip names TensorFlow or Keras, "
+                           "this platform's are outside the kit's range (TensorFlow 2.18-2.21, Keras 3.10 or later).")
+    print("installed the kit; kept", ", ".join(keep) or "nothing (none of them was installed)")
     importlib.invalidate_caches()
 '''
 

@@ -65,7 +65,7 @@ def _start_dry_runs() -> None:
         report = Path(tempfile.mkdtemp(prefix=f"resolve{version}-")) / "report.json"
         cmd = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
                "--disable-pip-version-check", "--report", str(report),
-               "-c", str(ROOT / "constraints.txt"), "-e", f"{ROOT}[test,jax]"]
+               "-c", str(ROOT / "constraints.txt"), "-e", f"{ROOT}[test,jax,lab,site]"]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
         _RUNS[version] = (proc, report)
 

@@ -37,23 +37,48 @@ def test_the_install_cell_does_nothing_where_the_kit_is_installed():
     run.assert_not_called()
 
 
-def test_without_the_kit_it_pins_the_installed_tensorflow_and_keras(monkeypatch):
-    """What the cell asks pip for where the kit is missing: the kit from the repository (or GPUTRAIN_KIT_SOURCE) and
-    the TensorFlow and Keras already installed, at their versions, so that pip keeps them."""
-    import importlib.metadata
+def _without_the_kit(monkeypatch):
     import importlib.util
 
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "gputrain_kit" else real_find_spec(name, *a))
+
+
+def test_without_the_kit_it_pins_every_package_the_runtime_has(monkeypatch, capsys):
+    """What the cell asks pip for where the kit is missing: the kit from the repository (or GPUTRAIN_KIT_SOURCE) and
+    every package of the running kernel that pip could replace (TensorFlow, Keras, JAX, NumPy, the Jupyter stack),
+    at its installed version, so that pip keeps them."""
+    import importlib.metadata
+
+    _without_the_kit(monkeypatch)
     for source, expected in ((None, "gputrain-kit @ git+https://github.com/gputrain-kit/gputrain-kit"),
                              ("file:///srv/course", "gputrain-kit @ file:///srv/course")):
         if source:
             monkeypatch.setenv("GPUTRAIN_KIT_SOURCE", source)
-        with mock.patch("subprocess.run") as run:
+        with mock.patch("subprocess.run", return_value=mock.Mock(returncode=0, stdout="", stderr="")) as run:
             exec(compile(platform_cells.BOOTSTRAP, "<bootstrap>", "exec"), {})
         args = run.call_args.args[0]
-        assert args[:5] == [sys.executable, "-m", "pip", "install", "--quiet"] and args[5] == expected
+        assert args[:4] == [sys.executable, "-m", "pip", "install"] and expected in args
+        pins = {a.split("==")[0]: a.split("==")[1] for a in args if "==" in a}
         tf_dist = importlib.metadata.packages_distributions()["tensorflow"][0]
-        assert sorted(args[6:]) == sorted([f"{tf_dist}=={importlib.metadata.version(tf_dist)}",
-                                           f"keras=={importlib.metadata.version('keras')}"])
+        for name in (tf_dist, "keras", "jax", "numpy", "ipywidgets", "ipykernel", "ipython", "jupyter_client",
+                     "tornado", "traitlets"):
+            found = {k.lower().replace("-", "_"): v for k, v in pins.items()}.get(name.lower().replace("-", "_"))
+            assert found == importlib.metadata.version(name), (name, pins)
+        assert "jupyterlab" not in " ".join(args)             # never the server side in a kernel
+        assert "installed the kit; kept" in capsys.readouterr().out
+
+
+def test_a_failing_pip_shows_its_own_words_and_the_fix(monkeypatch, capsys):
+    import pytest
+
+    _without_the_kit(monkeypatch)
+    failed = mock.Mock(returncode=1, stdout="Collecting gputrain-kit",
+                       stderr="ERROR: Cannot install keras==3.10.0 because these package versions have conflicting "
+                              "dependencies.")
+    with mock.patch("subprocess.run", return_value=failed):
+        with pytest.raises(RuntimeError, match="pip could not install the kit.*Fix: a fresh runtime"):
+            exec(compile(platform_cells.BOOTSTRAP, "<bootstrap>", "exec"), {})
+    out = capsys.readouterr().out
+    assert "conflicting dependencies" in out and "Collecting gputrain-kit" in out

@@ -42,7 +42,7 @@ def test_environment_yml_agrees_with_pyproject():
         elif section == "pip" and line.strip().startswith("- "):
             pip_deps.append(line.strip()[2:])
     assert sorted(conda_deps) == ["pip", "python=3.11"], "conda must bring only Python and pip"
-    assert pip_deps == ["-e .[test,jax]"], "pyproject.toml must stay the one list of dependencies"
+    assert pip_deps == ["-e .[test,jax,lab,site]"], "pyproject.toml must stay the one list of dependencies"
     low = PYPROJECT["project"]["requires-python"].removeprefix(">=")
     assert tuple(map(int, low.split("."))) <= (3, 11)
 
