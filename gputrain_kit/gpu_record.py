@@ -3,6 +3,10 @@
 A laptop cannot show GPU memory, NCCL or CUDA's device numbering; the notebooks show these recorded
 outputs beside their own, labelled with the machine and the date, so nobody mistakes them for this
 machine's. ``show("first_op_default", ...)`` prints them; ``RECORD`` holds the raw values.
+
+Besides that TensorFlow run (on an H100), ``RUNS`` holds runs made another way, each with its own machine and
+backend: ``"h200-keras-jax-nb08"``, notebook 08's full model per memory lever on an H200 with Keras on JAX
+(``run_label`` names it; ``configurations`` gives each configuration's levers and peaks).
 """
 from __future__ import annotations
 
@@ -13,6 +17,10 @@ from typing import Any
 from .errors import error_summary
 
 RECORD: dict[str, Any] = json.loads((Path(__file__).with_name("gpu_record.json")).read_text())
+
+
+#: Runs recorded apart from ``make gpu-check``'s, by name: each with its own ``machine`` (and backend).
+RUNS: dict[str, dict[str, Any]] = RECORD.get("runs", {})
 
 
 def label() -> str:
@@ -128,3 +136,26 @@ def show(*keys: str) -> None:
     print(textwrap.fill(label(), 100, break_long_words=False, break_on_hyphens=False))
     for line in lines(*keys):
         print("  " + line)
+
+
+def _run(func: str, run: str) -> dict[str, Any]:
+    if run not in RUNS:
+        raise ValueError(f"gpu_record.{func}: unknown run {run!r}; choose from {', '.join(RUNS) or 'none'} "
+                         "(kit.gpu_record.RUNS).")
+    return RUNS[run]
+
+
+def run_label(run: str) -> str:
+    """Which GPU, driver, backend and date the recorded run ``run`` (a key of ``RUNS``) comes from."""
+    m = _run("run_label", run)["machine"]
+    if m.get("backend") == "jax":
+        software = f"Keras {m['keras']} on JAX {m['jax']}, not TensorFlow"
+    else:
+        software = f"TensorFlow {m['tensorflow']}, Keras {m['keras']}"
+    return f"Recorded on {m['gpus']} x {m['gpu']} (driver {m['driver']}), {software}, {m['date']}: not this machine."
+
+
+def configurations(run: str) -> dict[str, dict[str, Any]]:
+    """The recorded run's configurations, by name: each with its ``levers`` (``estimate_memory``'s keyword
+    arguments), its ``peak`` and ``held_after`` in bytes, and where recorded the twin's peak (``twin_peak``)."""
+    return {name: dict(values) for name, values in _run("configurations", run)["configurations"].items()}

@@ -12,8 +12,9 @@ Counted per device, in bytes (docs/memory.md says how each part was checked):
 - temporaries: the largest layer's transient working set, the batch on the device and the loss, and under a
   mixed policy the 16-bit copy of every kernel a layer casts per step.
 
-An estimate, not a bound either way. Left out: the CUDA context, cuDNN's workspace, the optimizer's scalar
-variables and its update's temporaries, the allocator's rounding. Layers without a rule of their own (and
+An estimate, not a bound either way. Left out: the CUDA context, cuDNN's workspace (scratch memory NVIDIA's
+cuDNN library asks for per call, for its convolution and recurrent kernels), the optimizer's scalar variables and
+its update's temporaries, the allocator's rounding. Layers without a rule of their own (and
 recurrent layers, by a rule of thumb) are approximated, and the estimate says so: ``measure``
 (``measure_memory``) asks TensorFlow's allocator, ``measure.compiled_memory`` XLA's buffer analysis.
 
@@ -246,14 +247,16 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
     - ``dtype_policy``: ``"mixed_float16"`` / ``"mixed_bfloat16"`` keep float32 variables (so
       parameters, gradients and optimizer slots do not shrink; a float16 policy's LossScaleOptimizer
       adds four scalars: its own iteration and learning rate, a step counter and the loss scale) and
-      compute in 16 bits: activations take 2 bytes instead of 4.
+      compute in 16 bits: activations take 2 bytes instead of 4, and the 16-bit copy of every kernel a layer
+      casts per step counts among the temporaries.
     - ``remat``: activations recomputed in the backward pass, kept only at checkpoints (segments of
       sqrt(layers) layers, see ``remat_checkpoints``); the step computes the forward pass about twice.
     - ``accumulation_steps``: each step runs ``batch_size / accumulation_steps`` samples and adds one
       float32 accumulator per trainable parameter; the update happens every ``accumulation_steps`` steps.
     - ``zero_stage`` (data parallel only): 1 shards optimizer slots, 2 also gradients (and accumulators),
-      3 also parameters over the devices (ZeRO, Rajbhandari et al. 2020). TensorFlow has no ZeRO: this is
-      a model of what DeepSpeed, PyTorch FSDP or Keras' own ``keras.distribution`` on JAX do, and it costs
+      3 also parameters over the devices (ZeRO, Rajbhandari et al. 2020). Keras 3 on TensorFlow has no ZeRO
+      (TensorFlow's DTensor can shard variables, but Keras 3 does not use it): this is a model of what
+      DeepSpeed, PyTorch FSDP or Keras's own ``keras.distribution`` on JAX do, and it costs
       communication (stage 1-2: a reduce-scatter of gradients and an all-gather of parameters per step
       instead of one all-reduce; stage 3: parameters gathered again for every layer, forward and backward).
 
@@ -369,7 +372,7 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
                       "keeps none")
     if zero_stage:
         levers.append(f"ZeRO stage {zero_stage} ({ZERO_STAGES[zero_stage]}) over {devices} devices: a model of "
-                      "DeepSpeed / PyTorch FSDP / keras.distribution on JAX, not something TensorFlow does; "
+                      "DeepSpeed / PyTorch FSDP / keras.distribution on JAX (Keras 3 on TensorFlow has none); "
                       + ("parameters all-gathered for every layer, forward and backward"
                          if zero_stage == 3 else "a reduce-scatter and an all-gather instead of one all-reduce"))
     assumptions = (
@@ -397,7 +400,7 @@ def human_bytes(n: float) -> str:
 
 
 #: Within this share of the card, an estimate that fits is called tight: it leaves out the CUDA context, cuDNN's
-#: workspace and the step's temporaries (notebook 08, section 10).
+#: workspace and the update's temporaries (notebook 08, section 10).
 TIGHT_SHARE = 0.85
 
 

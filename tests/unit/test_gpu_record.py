@@ -129,3 +129,68 @@ def test_recorded_matrix_prints_as_the_live_one_does():
     assert f"{recorded} cases, the {recorded - extra} of DEFAULT_CASES and {extra} of OTHER_CASES" in lines[0]
     assert "    dense  scale=False   last step empty  silent NaN" in lines
     assert any(line.startswith("        loss finite; NaN in moving_mean") for line in lines)
+
+
+# Notebook 08's full model on an H200 with Keras on JAX: a run of its own in the record (issue 44).
+H200 = "h200-keras-jax-nb08"
+
+
+def test_the_h200_run_is_labelled_with_its_machine_backend_and_date():
+    label = kit.gpu_record.run_label(H200)
+    assert label == ("Recorded on 1 x NVIDIA H200 (driver 580.159.04), Keras 3.15.1 on JAX 0.11.2, not TensorFlow, "
+                     "2026-11-27: not this machine.")
+    assert "H100" in kit.gpu_record.label()          # the H100 record notebooks 01-05 show is untouched
+    assert kit.gpu_record.RECORD["machine"]["gpu"] == "NVIDIA H100 80GB HBM3" and "runs" not in FACTS
+
+
+def test_an_unknown_run_is_refused_by_name():
+    for func in (kit.gpu_record.run_label, kit.gpu_record.configurations):
+        with pytest.raises(ValueError, match=rf"gpu_record.{func.__name__}: unknown run 'h100'; choose from {H200} "
+                                             r"\(kit.gpu_record.RUNS\)"):
+            func("h100")
+
+
+def test_the_h200_run_loads_with_estimate_levers_and_copies():
+    """configurations() gives each configuration estimate_memory's keyword arguments and its peaks in bytes;
+    a learner who edits what it returns does not edit the record."""
+    from gputrain_kit.memory import dense_stack_profile, estimate_memory
+
+    configs = kit.gpu_record.configurations(H200)
+    assert list(configs)[:6] == ["start: Adam, float32", "SGD", "mixed_bfloat16", "recomputation", "accumulation x4",
+                                 "half the batch"]                     # notebook 08's LEVERS, in its order
+    model = kit.gpu_record.RUNS[H200]["model"]
+    profile = dense_stack_profile(model["layers"], model["width"], head=model["head"])
+    for name, values in configs.items():
+        assert isinstance(values["peak"], int) and values["peak"] > values["held_after"] > 0, name
+        assert 0 < values["twin_peak"] < 0.25e9, name
+        estimate_memory(profile, **{"batch_size": model["batch_size"], "optimizer": "adam", **values["levers"]})
+    assert [name for name, values in configs.items() if "note" in values] == ["recomputation"]
+    configs["SGD"]["peak"] = 0
+    assert kit.gpu_record.configurations(H200)["SGD"]["peak"] == 14_266_149_632
+
+
+def test_the_h200_run_is_the_shared_record():
+    """The figures are the raw JSON files beside ../shared/gpu/2026-11-27-h200-keras-jax-nb08.md (where that folder
+    is present: the maintainers' checkout)."""
+    shared = ROOT.parent / "shared" / "gpu"
+    if not (shared / "2026-11-27-h200-keras-jax-nb08-full.json").exists():
+        pytest.skip("../shared/gpu is not beside this checkout")
+    full = json.loads((shared / "2026-11-27-h200-keras-jax-nb08-full.json").read_text())
+    twin = json.loads((shared / "2026-11-27-h200-keras-jax-nb08-twin.json").read_text())
+    configs = kit.gpu_record.configurations(H200)
+    named = {"recomputation": "recomputation (RematScope full)", "mixed_bfloat16 + SGD": "mixed_bfloat16 + SGD (08's "
+             "recipe)", "SGD + mixed_bfloat16 + accumulation x4": "SGD + mixed_bfloat16 + accumulation x4 (08's "
+             "exercise 1)"}
+    for name, values in configs.items():
+        raw = named.get(name, name)
+        assert (values["peak"], values["held_after"]) == (full[raw]["peak"], full[raw]["held_after"]), name
+        assert values["twin_peak"] == twin[raw]["peak"], name
+        assert full[raw]["kind"] == "NVIDIA H200" and full[raw]["keras"] == "3.15.1" and full[raw]["jax"] == "0.11.2"
+    assert kit.gpu_record.RUNS[H200]["model"]["params"] == full["SGD"]["params"] == 537_067_536
+
+
+def test_docs_gpu_reports_the_h200_run():
+    doc = (ROOT / "docs" / "gpu.md").read_text()
+    assert "NVIDIA H200" in doc and "2026-11-27" in doc and "Keras 3.15.1 on JAX 0.11.2" in doc
+    for name, values in kit.gpu_record.configurations(H200).items():
+        assert f"| {name} |" in doc and f"{values['peak'] / 1e9:.2f}" in doc, name
