@@ -19,10 +19,14 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 def test_pyproject_dependencies():
     deps = PYPROJECT["project"]["dependencies"]
     # the supported range (docs/versions.md, checked by `make test-versions`)
-    for needed in ("tensorflow>=2.18,<2.22", "keras>=3.10", "ipywidgets>=8", "jupyterlab>=4", "matplotlib",
-                   "scikit-learn"):
+    for needed in ("tensorflow>=2.18,<2.22", "keras>=3.10", "ipywidgets>=7.7", "matplotlib", "scikit-learn"):
         assert needed in deps
+    # a kernel (Colab, Kaggle, a hub) needs no server side: JupyterLab comes with the `lab` extra only, so that the
+    # first cell never replaces a platform's Jupyter stack under its running kernel (issue 46)
+    assert not any(d.startswith(("jupyterlab", "notebook", "jupyter-server")) for d in deps)
     extras = PYPROJECT["project"]["optional-dependencies"]
+    assert "jupyterlab>=4" in extras["lab"] and "ipywidgets>=8" in extras["lab"]
+    assert any(d.startswith("mkdocs-jupyter") for d in extras["site"])
     assert any(d.startswith("pytest") for d in extras["test"]) and any(d.startswith("nbval") for d in extras["test"])
     assert any(d.startswith("tensorflow[and-cuda]") for d in extras["gpu"])
 
