@@ -60,8 +60,8 @@ print(json.dumps([ipywidgets.__version__, e.estimate.peak < before, "splits even
 def test_the_first_cell_installs_the_kit_and_keeps_the_platforms_packages(tmp_path):
     venv.create(tmp_path / "venv", with_pip=True)
     python = str(tmp_path / "venv" / "bin" / "python")
-    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-          *[f"{name}=={version}" for name, version in COLAB_PINS.items()]], cwd=tmp_path)
+    _run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--only-binary", ":all:",
+          *[f"{name}=={version}" for name, version in COLAB_PINS.items()]], cwd=tmp_path, timeout=2400)
     before = json.loads(_run([python, "-c", FREEZE], cwd=tmp_path).stdout.strip().splitlines()[-1])
     assert {name: before.get(name) for name in COLAB_PINS} == COLAB_PINS
     cell = tmp_path / "cell.py"
