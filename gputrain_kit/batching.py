@@ -4,8 +4,14 @@ Two input paths, two rules (``via=``):
 
 - ``"dataset"``: ``strategy.experimental_distribute_dataset`` and Keras ``fit`` (which uses it) cut every
   global batch of ``b`` samples into per-replica pieces of ``ceil(b / replicas)``, filled in replica order.
-  The last, partial batch of an epoch can leave some replicas with **zero** samples (b=6 over 4 replicas
-  -> [2, 2, 2, 0]).
+  A replica gets **zero** samples whenever ceil(b / r) x (r - 1) >= b for r replicas (the split of TensorFlow's
+  legacy rebatching, ``tensorflow/python/data/experimental/ops/distribute.py``: 4 samples on 3 replicas ->
+  [2, 2, 0]). For a short last batch that is one step per epoch, which ``drop_remainder=True`` removes
+  (b=6 over 4 replicas -> [2, 2, 2, 0]); for a global batch of 5, 6 or 9 over 4 replicas it is every step,
+  ``drop_remainder`` or not ([2, 2, 1, 0], [2, 2, 2, 0], [3, 3, 3, 0]). This is the split under tf.data's
+  default auto-shard policy (AUTO; DATA splits alike); a dataset with ``auto_shard_policy=OFF`` gets the
+  balanced split of ``batch_sizes_for_worker`` instead (5 over 4 -> [2, 1, 1, 1]), which this module does not
+  plan.
 - ``"function"``: ``strategy.distribute_datasets_from_function`` with the usual recipe (each pipeline
   batches by ``input_context.get_per_replica_batch_size(global_batch)``) hands out whole per-replica
   batches, one per replica in order. The last step gets the remaining batches: 1030 samples, global 64,
@@ -30,7 +36,12 @@ VIAS = ("dataset", "function")
 
 
 def split_batch(batch: int, replicas: int) -> list[int]:
-    """Per-replica sizes for one global batch of ``batch`` samples over ``replicas``."""
+    """Per-replica sizes for one global batch of ``batch`` samples over ``replicas``: ceil(batch / replicas) each, in
+    replica order, so the last replica gets none whenever ceil(batch / replicas) x (replicas - 1) >= batch.
+
+    >>> split_batch(6, 4), split_batch(5, 4), split_batch(9, 4)
+    ([2, 2, 2, 0], [2, 2, 1, 0], [3, 3, 3, 0])
+    """
     batch = require_int("split_batch", "batch", batch, minimum=0)
     replicas = require_int("split_batch", "replicas", replicas, minimum=1)
     per_replica = -(-batch // replicas)  # ceil

@@ -13,10 +13,19 @@ the servers talk; callers model one level at a time), how a library packs gradie
 (Horovod's Tensor Fusion, NCCL's protocols), congestion, stragglers, mixed precision, and where
 the single-GPU speed comes from (an input to the model, never measured by it).
 
+Bandwidth: the all-reduce's achievable *bus bandwidth* per GPU, what NCCL's tests call busbw
+(NVIDIA/nccl-tests, doc/PERFORMANCE.md): for an all-reduce, busbw = algbw x 2(N-1)/N, so a ring over
+N GPUs takes 2(N-1)/N x bytes / busbw, this model's formula. Run ``all_reduce_perf`` on your machine and
+pass the busbw it prints for large messages. A line rate in its place (most of ``LINKS``: see each
+link's ``basis``) makes every prediction an upper bound, and so do GPUs that share a link: the 8 GPUs of
+one PCIe server sit behind shared PCIe switches and CPU uplinks, so each gets less than its own slot's rate.
+
 Overlap: gradients can only be sent once they exist, so communication can hide only behind the
 rest of the backward pass: ``overlap`` is at most the backward pass's share of the compute, and 0
 when the all-reduce starts after the whole backward pass. Notebook 06 uses 0.1, a cautious value,
-and shows how much the predictions depend on it.
+and shows how much the predictions depend on it. Even full overlap leaves the last gradient bucket
+(the first layers' gradients, computed last) to be sent after the backward pass, with nothing left to
+hide behind; the model ignores it, so its 100% is never reached.
 """
 from __future__ import annotations
 
@@ -29,25 +38,43 @@ __all__ = ["Link", "LINKS", "NETWORKS", "ScalingPrediction", "scaling_model", "p
 ASSUMPTIONS = (
     "synchronous data parallelism, one all-reduce of all gradients per step (ring algorithm)",
     "every GPU computes equally fast; no stragglers; the per-GPU batch is fixed (weak scaling)",
-    "the link is the only shared resource; its bandwidth is per direction, per GPU",
+    "bandwidth: the all-reduce's achievable bus bandwidth per GPU (NCCL's busbw, as nccl-tests reports it); "
+    "a link's line rate in its place, or GPUs that share a link (one server's PCIe switches and uplinks), "
+    "make every prediction an upper bound",
     "overlap: the fraction of compute time during which communication can proceed in the background "
-    "(at most the backward pass's share: gradients must exist before they are sent)",
+    "(at most the backward pass's share: gradients must exist before they are sent); the last gradient "
+    "bucket, sent after the backward pass, is ignored, so 100% is never reached in practice",
     "the input pipeline delivers at most `input_ceiling` samples/s for the whole machine",
 )
 
 
 @dataclass(frozen=True)
 class Link:
+    """A link of the model: ``bandwidth`` stands for the all-reduce's bus bandwidth per GPU (bytes/s per
+    direction), ``latency`` is seconds per message, ``basis`` says what kind of number the bandwidth is."""
     name: str
-    bandwidth: float   # bytes/s per direction
+    bandwidth: float   # bytes/s per direction, used as the all-reduce's bus bandwidth (NCCL's busbw)
     latency: float     # seconds per message
+    basis: str = ""
 
 
+#: The explorer's links. Only the PCIe entry is an effective rate; the others are line rates or, for NVLink,
+#: the sum of a GPU's links: what an all-reduce achieves over them is lower (see ``basis``).
 LINKS = {
-    "PCIe 3.0 x16 (one server)": Link("PCIe 3.0 x16", 12e9, 10e-6),
-    "NVLink 2 (V100 SXM2)": Link("NVLink 2", 150e9, 5e-6),
-    "25 Gbit/s Ethernet (servers)": Link("25 Gbit/s Ethernet", 3.125e9, 30e-6),
-    "InfiniBand EDR 100 Gbit/s (servers)": Link("InfiniBand EDR", 12.5e9, 5e-6),
+    "PCIe 3.0 x16 (one server)": Link(
+        "PCIe 3.0 x16, effective rate", 12e9, 10e-6,
+        "effective rate of one x16 slot (about 12 of its 15.75 GB/s line rate per direction); a server's 8 GPUs "
+        "share PCIe switches and CPU uplinks, so each gets less: an upper bound at 8 GPUs"),
+    "NVLink 2 (V100 SXM2)": Link(
+        "NVLink 2, 6 links summed", 150e9, 5e-6,
+        "sum of a V100 SXM2's 6 NVLink 2 links (25 GB/s each per direction); an all-reduce reaches less, "
+        "depending on how the links connect the GPUs: an upper bound"),
+    "25 Gbit/s Ethernet (servers)": Link(
+        "25 Gbit/s Ethernet, line rate", 3.125e9, 30e-6,
+        "line rate (25 Gbit/s = 3.125 GB/s per direction); protocol overhead leaves less: an upper bound"),
+    "InfiniBand EDR 100 Gbit/s (servers)": Link(
+        "InfiniBand EDR, line rate", 12.5e9, 5e-6,
+        "line rate (100 Gbit/s = 12.5 GB/s per direction); protocol overhead leaves less: an upper bound"),
 }
 
 
@@ -82,7 +109,8 @@ def scaling_model(gpus: int, *, compute_time_per_sample: float, gradient_bytes: 
                   input_ceiling: float | None = None) -> ScalingPrediction:
     """Predict samples/s and scaling efficiency of synchronous data-parallel training on ``gpus`` GPUs.
 
-    Units: seconds, bytes, bytes/s, samples/s. See ASSUMPTIONS (printed by the notebook).
+    Units: seconds, bytes, bytes/s, samples/s. ``bandwidth``: the all-reduce's achievable bus bandwidth per GPU
+    (NCCL's busbw); a line rate gives an upper bound. See ASSUMPTIONS (printed by the notebook).
     """
     gpus = require_int("scaling_model", "gpus", gpus, minimum=1)
     per_gpu_batch = require_int("scaling_model", "per_gpu_batch", per_gpu_batch, minimum=1)
@@ -118,7 +146,8 @@ NETWORKS = {
 
 
 def predict_curve(network: str, link: str, per_gpu_batch: int, max_gpus: int, overlap: float = 0.1):
-    """Predictions for 1..max_gpus GPUs of a NETWORKS entry over a LINKS entry."""
+    """Predictions for 1..max_gpus GPUs of a NETWORKS entry over a LINKS entry (upper bounds where the link's
+    ``basis`` is a line rate or a shared link)."""
     if network not in NETWORKS:
         raise ValueError(f"predict_curve: unknown network {short(network)}; choose from {list(NETWORKS)}.")
     if link not in LINKS:

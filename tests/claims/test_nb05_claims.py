@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from gputrain_kit import check, check_batch_plan
+from gputrain_kit import check, check_batch_plan, plan_batches
 from gputrain_kit.replicas import EmptyReplicaWarning
 from gputrain_kit.widgets import SplitExplorer
 from conftest import last_json, run_python
@@ -246,3 +246,89 @@ def test_one_step_with_an_empty_replica_nans_only_keras3s_copy(family):
     for samples in (2, 5):
         assert out[f"keras3/{samples}"] == [False, False, False, True]
         assert out[f"tf_keras/{samples}"] == [False, False, False, False]
+
+
+def test_a_replica_is_empty_exactly_when_the_rule_says():
+    """Notebook 05 section 1: each replica takes ceil(b / r) in order, so one gets nothing exactly when
+    ceil(b / r) x (r - 1) >= b, for a batch larger than the replica count too (the 2018 article's condition,
+    "the last batch is smaller than the number of GPUs", misses those)."""
+    from gputrain_kit.batching import split_batch
+
+    for replicas in range(1, 9):
+        for batch in range(1, 70):
+            assert (0 in split_batch(batch, replicas)) == (-(-batch // replicas) * (replicas - 1) >= batch)
+    larger = [b for b in range(5, 70) if 0 in split_batch(b, 4)]
+    assert larger == [5, 6, 9]                         # batches above the 4 replicas that still leave one empty
+    for b, step in ((5, [2, 2, 1, 0]), (6, [2, 2, 2, 0]), (9, [3, 3, 3, 0])):
+        for drop in (False, True):                     # every full step, drop_remainder or not
+            full = plan_batches(1030, b, 4, drop_remainder=drop)[:1030 // b]
+            assert len(full) == 1030 // b and all(sizes == step for sizes in full)
+    assert plan_batches(1030, 64, 4)[-1] == [2, 2, 2, 0] and 1030 % 64 == 6 > 4   # the notebook's own data
+
+
+@pytest.mark.parametrize("family", ["onednn", "eigen"])
+def test_tensorflow_leaves_a_replica_empty_in_every_step_for_5_6_9_on_4(family):
+    """Notebook 05 section 1's table, against TensorFlow: distributed_split (experimental_distribute_dataset, as
+    fit) for 1030 samples over 4 replicas; kit.plan_batches predicts each. batching.py's note: under tf.data's
+    auto-shard policy OFF the split is balanced instead (5 over 4 -> [2, 1, 1, 1])."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=4)
+        import tensorflow as tf
+        s = kit.training.strategy_for(4)
+        out = {}
+        for b in (64, 5, 6, 9):
+            for drop in (False, True):
+                real = kit.training.distributed_split(s, 1030, b, drop_remainder=drop)
+                out[f"{b}/{drop}"] = [real[0], real[-1], sum(0 in step for step in real), len(real),
+                                      real == kit.plan_batches(1030, b, 4, drop_remainder=drop)]
+        for policy in ("AUTO", "OFF"):
+            options = tf.data.Options()
+            options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
+            dist = s.experimental_distribute_dataset(tf.data.Dataset.range(40).batch(5).with_options(options))
+            out[policy] = [[int(t.shape[0]) for t in s.experimental_local_results(x)] for x in dist][0]
+        print(json.dumps(out))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
+    out = last_json(proc)
+    assert out["64/False"] == [[16] * 4, [2, 2, 2, 0], 1, 17, True]
+    assert out["64/True"] == [[16] * 4, [16] * 4, 0, 16, True]
+    assert out["5/False"] == out["5/True"] == [[2, 2, 1, 0], [2, 2, 1, 0], 206, 206, True]
+    assert out["6/False"] == [[2, 2, 2, 0], [1, 1, 1, 1], 171, 172, True]
+    assert out["6/True"] == [[2, 2, 2, 0], [2, 2, 2, 0], 171, 171, True]
+    assert out["9/False"] == [[3, 3, 3, 0], [1, 1, 1, 1], 114, 115, True]
+    assert out["9/True"] == [[3, 3, 3, 0], [3, 3, 3, 0], 114, 114, True]
+    assert out["AUTO"] == [2, 2, 1, 0] and out["OFF"] == [2, 1, 1, 1]
+
+
+@pytest.mark.parametrize("family", ["onednn", "eigen"])
+def test_default_batchnorm_goes_from_6_nan_copies_to_26_in_one_step(family):
+    """Notebook 05 section 5, "How 6 NaN copies become 26": the Dense net with BatchNormalization(scale=True) on
+    the trap. After epoch 1 (loss finite): gamma NaN on every replica, replica 3's moving statistics NaN (6). One
+    step later (loss NaN): every trainable copy NaN (24), the moving statistics still only replica 3's (26)."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=4)
+        import numpy as np, tensorflow as tf
+        import bntrap
+        s = kit.training.strategy_for(4)
+        def nan_copies(m):
+            report = kit.replica_report(m, s)
+            return {"/".join(row.path.split("/")[-2:]): [r for p, r in report.poisoned if p == row.path]
+                    for row in report.rows}
+        m, h = bntrap.train(s, None, scale=True)
+        out = {"loss_1": bool(np.isfinite(h.history["loss"][-1])), "epoch_1": nan_copies(m)}
+        ds = tf.data.Dataset.from_tensor_slices(bntrap.trap_data()).batch(64)
+        out["loss_2"] = bool(np.isfinite(m.fit(ds.take(1), verbose=0, shuffle=False).history["loss"][-1]))
+        out["step_1"] = nan_copies(m)
+        print(json.dumps(out))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
+    out = last_json(proc)
+    every, three = [0, 1, 2, 3], [3]
+    stats = {"bn/moving_mean": three, "bn/moving_variance": three}
+    assert out["loss_1"] is True and out["loss_2"] is False
+    assert {k: v for k, v in out["epoch_1"].items() if v} == {"bn/gamma": every, **stats}
+    assert sum(map(len, out["epoch_1"].values())) == 6
+    trainable = {k: v for k, v in out["step_1"].items() if k not in stats}
+    assert len(trainable) == 6 and all(v == every for v in trainable.values())   # 2 Dense x 2 + gamma, beta
+    assert {k: out["step_1"][k] for k in stats} == stats
+    assert sum(map(len, out["step_1"].values())) == 26

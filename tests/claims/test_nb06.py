@@ -146,6 +146,7 @@ def test_large_batches_lose_accuracy_and_scaling_recovers_up_to_a_limit(family):
         print(json.dumps({"plain": batch_sweep(b), "scaled": batch_sweep(b, scaled=True),
                           "no_warmup": batch_sweep(b, scaled=True, warmup_epochs=0),
                           "five": batch_sweep([512], scaled=True, warmup_epochs=5),
+                          "longer": {w: batch_sweep([1024], scaled=True, warmup_epochs=w)[0][1] for w in (3, 5, 8)},
                           "n_val": len(kit.data.digits()[1][1])}))
     """, env={"TF_ENABLE_ONEDNN_OPTS": family})
     out = last_json(proc)
@@ -159,6 +160,12 @@ def test_large_batches_lose_accuracy_and_scaling_recovers_up_to_a_limit(family):
     assert abs(images(scaled[512], bare[512])) <= 2                             # ...warm-up or not: an image or two
     assert images(plain[1024], scaled[1024]) > 5 and images(plain[1024], bare[1024]) > 5   # at 1024 the rule hurts
     assert five < scaled[512] - 0.03                           # Goyal's 5 epochs: half of a 10-epoch run, worse
+    # the notebook's longer warm-ups at 1024 (rate 1.6): warm-up raises the usable rate, not without limit
+    longer = {int(k): v for k, v in out["longer"].items()}
+    at_1024 = {0: bare[1024], 1: scaled[1024], **longer}
+    assert images(plain[1024], longer[5]) > 5 and images(plain[1024], longer[8]) > 5
+    assert max(at_1024.values()) - min(at_1024.values()) > 0.10           # the length moves it erratically
+    assert all(scaled[512] - acc > 0.10 for acc in at_1024.values())      # none comes near batch 512
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -253,3 +260,40 @@ def test_starvation_pipelines_do_the_same_work():
     """)
     same, changed, batches = last_json(proc)
     assert same and changed and batches == 4
+
+
+def test_link_table_says_what_kind_of_bandwidth_each_is():
+    """Notebook 06 section 2: the model's bandwidth is the all-reduce's bus bandwidth (nccl-tests' busbw); LINKS
+    mixes one effective rate with line rates and NVLink's 6-link sum, and each entry says which, as an upper
+    bound where it is one (the PCIe server's shared uplinks included)."""
+    basis = {label: link.basis for label, link in LINKS.items()}
+    assert all(basis.values())
+    assert "effective rate" in basis["PCIe 3.0 x16 (one server)"] and "share" in basis["PCIe 3.0 x16 (one server)"]
+    assert "6 NVLink 2 links" in basis["NVLink 2 (V100 SXM2)"]
+    for label in ("25 Gbit/s Ethernet (servers)", "InfiniBand EDR 100 Gbit/s (servers)"):
+        assert basis[label].startswith("line rate")
+    assert all("upper bound" in text for text in basis.values())
+    assert LINKS["NVLink 2 (V100 SXM2)"].bandwidth == 6 * 25e9
+    assert LINKS["25 Gbit/s Ethernet (servers)"].bandwidth == 25e9 / 8
+    assert LINKS["InfiniBand EDR 100 Gbit/s (servers)"].bandwidth == 100e9 / 8
+    from gputrain_kit.scaling import ASSUMPTIONS
+    text = " ".join(ASSUMPTIONS)
+    assert "busbw" in text and "upper bound" in text and "last gradient bucket" in text
+
+
+@pytest.mark.parametrize("gpus", [2, 4, 8, 128])
+def test_bandwidth_is_nccls_bus_bandwidth(gpus):
+    """nccl-tests (doc/PERFORMANCE.md) defines an all-reduce's busbw = algbw x 2(n-1)/n, algbw = bytes / time:
+    given busbw as ``bandwidth`` (and no latency), the model's all-reduce takes exactly bytes / algbw."""
+    busbw, size = 12e9, 553e6
+    p = scaling_model(gpus, compute_time_per_sample=1 / 130, gradient_bytes=size, per_gpu_batch=64,
+                      bandwidth=busbw, latency=0.0)
+    algbw = busbw / (2 * (gpus - 1) / gpus)
+    assert p.allreduce_s == pytest.approx(size / algbw)
+
+
+def test_full_overlap_reaches_100_percent_only_in_the_model():
+    """The notebook says the model lets full overlap hide everything (100%), which the last gradient bucket
+    prevents in practice: the model's side of that sentence."""
+    assert predict_curve("VGG-16", "PCIe 3.0 x16 (one server)", 64, 8, 1.0)[-1].efficiency == 1.0
+    assert predict_curve("VGG-16", "PCIe 3.0 x16 (one server)", 64, 8, 0.1)[-1].efficiency < 1.0
