@@ -1,32 +1,39 @@
-"""``make workshop-check ATTENDEES=N``: a JupyterHub workshop on this machine, N attendees at once.
+"""``make workshop-check ATTENDEES=N``: a JupyterHub workshop on this machine, N attendees walking in at once.
 
 What it does, in order (docs/instructors.md, "How many attendees one machine holds"):
 
 1. Installs JupyterHub (with the workshop's authenticator and spawner packages) into ``.venv-hub/`` and
    configurable-http-proxy with npm into ``.venv-hub/node/`` (once; a stamp file says what is there).
-2. Starts the hub on 127.0.0.1 with ``workshop/jupyterhub_config.py`` itself, overriding only what a check on
-   one machine must: a spawner that runs the servers as this user (SimpleLocalProcessSpawner: no system
-   accounts, no systemd, so no memory limit is enforced here), free ports, a state folder of its own, an
-   admin API token (a service), and the kit's Python (this clone's ``.venv``) as every attendee's kernel.
-3. Creates N attendees through the hub's REST API, logs each in (a token of their own, from the API) and
-   starts every attendee's single-user server; the workshop's ``pre_spawn_hook`` gives each one its GPU and
-   memory caps, and the server's first start copies the notebooks into the attendee's home.
-4. In every attendee's server at once: opens a session on ``gputrain-course/00_start_here.ipynb`` (as JupyterLab
-   does), reads the notebook from the attendee's server, and runs every code cell through the kernel's
-   websocket, after a probe cell that reports the kernel's environment (what the hook set).
-5. Reports per attendee: ran to the end or the first error, the time, the peak memory of the attendee's
-   process tree (server, kernel, its children: PSS and RSS, sampled), the CUDA_VISIBLE_DEVICES and memory caps
-   the kernel got; and in total: attendees that finished, wall time, total memory peak, the lowest
-   MemAvailable, how busy the cores were. Writes ``artifacts/workshop/attendees-N.json``.
+2. Starts the hub on 127.0.0.1 with ``workshop/jupyterhub_config.py`` itself, NativeAuthenticator included,
+   overriding only what a check on one machine must: the spawner (SimpleLocalProcessSpawner: the servers run as
+   this user, because a check makes no system accounts and needs no systemd; so no memory limit is enforced
+   here), free ports, a state folder of its own, the kit's Python (this clone's ``.venv``) as every kernel, and
+   a service token with which the check only watches (is a server ready?) and cleans up.
+3. The instructor's path, over HTTP with a cookie jar like a browser (tools/workshop_browser.py): signs up as
+   ``instructor`` at /hub/signup (the config's admin: approved at sign-up), logs in at /hub/login, starts a
+   server at /hub/spawn, opens JupyterLab (the hub's OAuth into the server) and runs notebook 00 alone: the
+   "alone" time the bound compares with; then stops that server from the home page's API call.
+4. Each attendee's path, all N at once: signs up at /hub/signup (the form's ``_xsrf`` token), is refused at
+   /hub/login while waiting; the instructor approves each at /hub/authorize (NativeAuthenticator 1.3.0: GET
+   /hub/authorize/NAME toggles, so only the rows that say "No"); each logs in at /hub/login (the hub's login
+   cookie), starts a server at /hub/spawn (the workshop's ``pre_spawn_hook`` gives the GPU and memory caps; the
+   first start copies the notebooks), opens JupyterLab, then, all at once, runs notebook 00 as JupyterLab does:
+   a session through the server's API (cookie and X-XSRFToken), every code cell through the kernel's websocket.
+5. Reports per attendee every step, the time, the peak memory of the attendee's process tree (PSS and RSS,
+   sampled), the CUDA_VISIBLE_DEVICES and caps the kernel got; in total the wall time, memory, lowest
+   MemAvailable, how busy the cores were; then JUDGES the run against docs/instructors.md's bound
+   (tools/workshop_logic.py: every step walked, each attendee within 60 s and 3x alone, 25% of the RAM left).
+   Writes ``artifacts/workshop/attendees-N.json``.
 
 Everything it started (hub, proxy, servers, kernels and their children) is stopped at the end, also on an
 error or Ctrl-C: every such process carries a marker in its environment, and a last sweep ends any left.
-Exit status: 0 when every attendee ran notebook 00 to the end without an error, 1 when one did not, 2 when the
+Exit status: 0 when the bound holds, 1 when a step or a bound failed (the report says which), 2 when the
 workshop could not be set up.
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import hashlib
 import json
@@ -36,7 +43,6 @@ import shutil
 import signal
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -47,6 +53,10 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workshop_browser import Browser, NotebookRun  # noqa: E402 (tools/ is not a package)
+from workshop_logic import holds, judge, verdict_text  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 HUB_VENV = ROOT / ".venv-hub"
 HUB_PACKAGES = ["jupyterhub==6.1.1", "jupyterhub-nativeauthenticator==1.3.0", "jupyterhub-systemdspawner==1.0.2",
@@ -54,14 +64,8 @@ HUB_PACKAGES = ["jupyterhub==6.1.1", "jupyterhub-nativeauthenticator==1.3.0", "j
 PROXY_PACKAGE = "configurable-http-proxy@5.3.0"
 PROXY = HUB_VENV / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 WORKSHOP_CONFIG = ROOT / "workshop" / "jupyterhub_config.py"
-COURSE_FOLDER = "gputrain-course"
-NOTEBOOK = "00_start_here.ipynb"
 MARKER = "WORKSHOP_CHECK_ID"
-PROBE = """import importlib.util, json, os, sys
-print(json.dumps({"env": {k: os.environ.get(k) for k in (
-    "JUPYTERHUB_USER", "CUDA_VISIBLE_DEVICES", "GPUTRAIN_MEMORY_LIMIT_MB", "GPUTRAIN_GPU_MEMORY_MB",
-    "GPUTRAIN_WORKSHOP_SEAT", "MEM_LIMIT", "CPU_LIMIT", "TF_FORCE_GPU_ALLOW_GROWTH")},
-    "python": sys.executable, "kit": importlib.util.find_spec("gputrain_kit").origin, "cwd": os.getcwd()}))"""
+INSTRUCTOR = "instructor"                                       # the config's ADMINS default
 
 
 def log(message: str) -> None:
@@ -239,7 +243,7 @@ c.JupyterHub.hub_bind_url = "http://127.0.0.1:{self.hub_port}"
 c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{self.api_port}"
 c.JupyterHub.services = [{{"name": "workshop-check", "api_token": {self.token!r}}}]
 c.JupyterHub.load_roles = [{{"name": "workshop-check", "services": ["workshop-check"],
-                            "scopes": ["admin:users", "admin:servers", "tokens", "access:servers"]}}]
+                            "scopes": ["admin:users", "admin:servers"]}}]
 c.JupyterHub.cleanup_servers = True
 c.Spawner.environment = dict(c.Spawner.environment, {MARKER}={self.check_id!r})
 c.Spawner.start_timeout = c.Spawner.http_timeout = {self.args.spawn_timeout}
@@ -317,154 +321,147 @@ def end_marked(check_id: str) -> int:
     return len(left)
 
 
-# ------------------------------------------------------------------------------------------------ an attendee
-class Attendee(threading.Thread):
-    def __init__(self, hub: Hub, name: str, token: str, timeout: float, start_event: threading.Event):
-        super().__init__(daemon=True)
-        self.hub, self.name, self.token, self.timeout, self.start_event = hub, name, token, timeout, start_event
-        self.base = f"/user/{name}"
-        self.result: dict = {"attendee": name, "ok": False, "error": None, "cells": 0, "cells_run": 0}
-
-    def server_api(self, method: str, path: str, body=None, timeout: float = 60):
-        return self.hub.api(method, self.base + path, body, token=self.token, timeout=timeout)
-
-    def run(self) -> None:
-        self.start_event.wait()
-        started = time.monotonic()
-        self.result["started"] = time.time()
-        session = None
-        try:
-            try:
-                model = self.server_api("GET", f"/api/contents/{COURSE_FOLDER}/{NOTEBOOK}?content=1&type=notebook")
-            except urllib.error.HTTPError as err:
-                if err.code != 404:
-                    raise
-                raise CellFailed(f"no ~/{COURSE_FOLDER}/{NOTEBOOK} in the attendee's server: the first start did not "
-                                 "copy the notebooks (can the kit's Python, --kit-python, import gputrain_kit?)") from None
-            cells = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-                     for c in model["content"]["cells"] if c["cell_type"] == "code"]
-            self.result["cells"] = len(cells)
-            session = self.server_api("POST", "/api/sessions", {
-                "path": f"{COURSE_FOLDER}/{NOTEBOOK}", "name": NOTEBOOK, "type": "notebook",
-                "kernel": {"name": "python3"}})
-            with Kernel(self.hub, self.base, session["kernel"]["id"], self.token) as kernel:
-                deadline = started + self.timeout
-                probe = kernel.execute(PROBE, deadline)
-                self.result["kernel_ready_s"] = round(time.monotonic() - started, 2)
-                if probe["status"] != "ok":
-                    raise CellFailed(f"probe cell: {probe['error']}")
-                self.result["kernel"] = json.loads(probe["stdout"].strip().splitlines()[-1])
-                cells_started = time.monotonic()
-                for index, code in enumerate(cells):
-                    reply = kernel.execute(code, deadline)
-                    if reply["status"] != "ok":
-                        raise CellFailed(f"code cell {index + 1}: {reply['error']}")
-                    self.result["cells_run"] = index + 1
-                self.result["notebook_s"] = round(time.monotonic() - cells_started, 2)
-            self.result["ok"] = True
-        except Exception as err:  # noqa: BLE001 (any failure is this attendee's result)
-            self.result["error"] = f"{type(err).__name__}: {err}"[:500]
-        finally:
-            self.result["total_s"] = round(time.monotonic() - started, 2)
-            if session is not None:
-                try:
-                    self.server_api("DELETE", f"/api/sessions/{session['id']}", timeout=20)
-                except (OSError, urllib.error.URLError):
-                    pass
-
-
-class CellFailed(RuntimeError):
-    pass
-
-
-class Kernel:
-    """A kernel's websocket (jupyter_server's JSON protocol), through the hub's proxy."""
-
-    def __init__(self, hub: Hub, base: str, kernel_id: str, token: str):
-        import websocket                                # websocket-client (jupyter_server depends on it)
-
-        self.session = uuid.uuid4().hex
-        url = f"ws://127.0.0.1:{hub.port}{base}/api/kernels/{kernel_id}/channels?session_id={self.session}"
-        self.ws = websocket.create_connection(url, header=[f"Authorization: token {token}"], timeout=60)
-        self.ws.settimeout(5)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            self.ws.close()
-        except Exception:  # noqa: BLE001
-            pass
-
-    def receive(self) -> dict | None:
-        import websocket
-
-        try:
-            raw = self.ws.recv()
-        except websocket.WebSocketTimeoutException:
-            return None
-        if isinstance(raw, bytes):                       # a message with binary buffers: JSON part only
-            count = struct.unpack("!I", raw[:4])[0]
-            offsets = struct.unpack(f"!{count}I", raw[4:4 + 4 * count])
-            end = offsets[1] if count > 1 else len(raw)
-            raw = raw[offsets[0]:end].decode()
-        return json.loads(raw)
-
-    def execute(self, code: str, deadline: float) -> dict:
-        msg_id = uuid.uuid4().hex
-        self.ws.send(json.dumps({
-            "header": {"msg_id": msg_id, "username": "workshop-check", "session": self.session,
-                       "msg_type": "execute_request", "version": "5.3",
-                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat()},
-            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-            "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
-                        "allow_stdin": False, "stop_on_error": True}}))
-        out = {"status": None, "error": None, "stdout": ""}
-        idle = False
-        while out["status"] is None or not idle:
-            if time.monotonic() > deadline:
-                raise TimeoutError("the notebook did not finish within --timeout")
-            msg = self.receive()
-            if msg is None:
-                continue
-            kind, content = msg.get("msg_type"), msg.get("content", {})
-            if kind == "status" and content.get("execution_state") in ("dead", "restarting"):
-                raise CellFailed(f"the kernel died ({content['execution_state']}): out of memory?")
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            if kind == "stream" and content.get("name") == "stdout":
-                out["stdout"] += content.get("text", "")
-            elif kind == "error":
-                out["error"] = f"{content.get('ename')}: {content.get('evalue')}"[:300]
-            elif kind == "execute_reply":
-                out["status"] = content.get("status")
-                if out["status"] != "ok" and not out["error"]:
-                    out["error"] = f"{content.get('ename')}: {content.get('evalue')}"[:300]
-            elif kind == "status" and content.get("execution_state") == "idle":
-                idle = True
-        return out
-
 
 # ------------------------------------------------------------------------------------------------ the run
-def wait_ready(hub: Hub, names: list[str], started: float, timeout: float) -> dict[str, float]:
-    """Seconds from the first start request until each attendee's server was ready."""
-    ready: dict[str, float] = {}
-    while len(ready) < len(names):
-        if time.monotonic() - started > timeout:
-            raise SetupFailed(f"servers not ready after {timeout:.0f} s: {sorted(set(names) - set(ready))}\n"
-                              f"{hub.log_tail()}")
+def in_parallel(fn, items: list) -> list:
+    """fn(item) for every item at once (one thread each, as a room of browsers), results in order."""
+    if not items:
+        return []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(items)) as pool:
+        return list(pool.map(fn, items))
+
+
+def step(result: dict, name: str, ok: bool, detail: str, since: float) -> bool:
+    result["steps"][name] = {"ok": bool(ok), "detail": detail, "s": round(time.monotonic() - since, 2)}
+    return bool(ok)
+
+
+def wait_ready(hub: Hub, names: list[str], timeout: float) -> dict[str, str]:
+    """Watches (service token) until each named server is ready: name -> "" when ready, or why not."""
+    started, state = time.monotonic(), {name: None for name in names}
+    while any(v is None for v in state.values()):
         if hub.proc is not None and hub.proc.poll() is not None:
             raise SetupFailed(f"the hub exited ({hub.proc.returncode}):\n{hub.log_tail()}")
-        for name in names:
-            if name in ready:
-                continue
+        for name in [n for n, v in state.items() if v is None]:
             server = (hub.api("GET", f"/hub/api/users/{name}").get("servers") or {}).get("")
             if server and server.get("ready"):
-                ready[name] = round(time.monotonic() - started, 1)
+                state[name] = ""
             elif not server and time.monotonic() - started > 5:
-                raise SetupFailed(f"{name}'s server is not starting (the spawn failed):\n{hub.log_tail()}")
+                state[name] = "the spawn failed (no server, not pending): see the hub's log"
+            elif time.monotonic() - started > timeout:
+                state[name] = f"not ready after {timeout:.0f} s (--spawn-timeout)"
         time.sleep(0.5)
+    return {n: v or "" for n, v in state.items()}
+
+
+def wait_stopped(hub: Hub, name: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not (hub.api("GET", f"/hub/api/users/{name}").get("servers") or {}).get(""):
+            return
+        time.sleep(0.5)
+    raise SetupFailed(f"{name}'s server did not stop within {timeout:.0f} s:\n{hub.log_tail()}")
+
+
+def person(hub: Hub, name: str) -> dict:
+    return {"attendee": name, "password": secrets.token_urlsafe(15), "browser": Browser(hub.url, name),
+            "steps": {}, "ok": False}
+
+
+def into_lab(hub: Hub, people: list[dict], timeout: float) -> list[dict]:
+    """Logged-in people: /hub/spawn, wait until ready, open JupyterLab. Those that got there."""
+    started = time.monotonic()
+    spawned = [p for p, (ok, said) in zip(people, in_parallel(lambda p: p["browser"].spawn(), people))
+               if step(p, "server", ok, said, started)]
+    state = wait_ready(hub, [p["attendee"] for p in spawned], timeout)
+    ready = []
+    for p in spawned:
+        p["steps"]["server"].update(ok=not state[p["attendee"]], detail=state[p["attendee"]] or "ready",
+                                    s=round(time.monotonic() - started, 1))
+        if not state[p["attendee"]]:
+            ready.append(p)
+    t = time.monotonic()
+    return [p for p, (ok, said) in zip(ready, in_parallel(lambda p: p["browser"].open_lab(), ready))
+            if step(p, "lab", ok, said, t)]
+
+
+def run_notebooks(people: list[dict], timeout: float, sampler: Sampler | None = None) -> float:
+    """Notebook 00 in every person's server at once; the wall time. Marks each person's "notebook" step."""
+    go = threading.Event()
+    runs = [NotebookRun(p["browser"], timeout, go, p) for p in people]
+    for r in runs:
+        r.start()
+    time.sleep(1.0)
+    if sampler is not None:
+        sampler.reset()
+    started = time.monotonic()
+    go.set()
+    for r in runs:
+        while r.is_alive():
+            r.join(timeout=0.5)
+    for p in people:
+        p["ok"] = p.get("total_s") is not None
+        p["steps"]["notebook"] = {"ok": p["ok"], "s": p.get("elapsed_s"),
+                                  "detail": f"{p.get('cells_run', 0)} of {p.get('cells', 0)} code cells"
+                                            + (f": {p['error']}" if p.get("error") else "")}
+    return time.monotonic() - started
+
+
+def instructor_alone(hub: Hub, args, sampler: Sampler) -> tuple[dict, float | None]:
+    """The instructor signs up, logs in, and runs notebook 00 alone; then stops that server."""
+    me = person(hub, INSTRUCTOR)
+    b, t = me["browser"], time.monotonic()
+    outcome, said = b.signup(me["password"])
+    if step(me, "signup", outcome == "approved", f"{outcome}: {said}", t):
+        t = time.monotonic()
+        if step(me, "login", *b.login(me["password"]), t) and into_lab(hub, [me], args.spawn_timeout):
+            log("the instructor runs notebook 00 alone (the time the bound compares with)")
+            busy0 = cpu_busy()
+            wall = run_notebooks([me], args.timeout, sampler)
+            busy = cpu_busy()[0] - busy0[0]
+            me["cpu_s"] = round(sampler.cpu_seconds().get(INSTRUCTOR, 0.0), 1)
+            me["peak_pss_bytes"] = sampler.peak.get(INSTRUCTOR, {"pss": 0})["pss"]
+            others = busy / os.sysconf("SC_CLK_TCK") - me["cpu_s"]     # this check's own clients included
+            me["others_cores"] = round(max(0.0, others) / (wall * (os.cpu_count() or 1)), 2)
+            b.stop_server()
+            wait_stopped(hub, INSTRUCTOR)
+    alone = me.get("total_s")
+    steps = ", ".join(f"{k} {'ok' if v['ok'] else 'FAILED'}" for k, v in me["steps"].items())
+    log(f"instructor: {steps}" + (f"; notebook 00 alone {alone:.1f} s ({me['cpu_s']:.1f} CPU s; other processes "
+                                  f"used {me['others_cores']:.0%} of the cores meanwhile)" if alone else ""))
+    return me, alone
+
+
+def walk_in(hub: Hub, me: dict, people: list[dict], timeout: float) -> list[dict]:
+    """Sign-up, the refusal while waiting, the instructor's approval, login; then server and JupyterLab."""
+    def signup(p):
+        t = time.monotonic()
+        outcome, said = p["browser"].signup(p["password"])
+        return step(p, "signup", outcome == "pending", f"{outcome}: {said}", t)
+
+    def refused(p):
+        t = time.monotonic()
+        ok, said = p["browser"].login(p["password"])
+        return step(p, "refused_before_approval", not ok and "not been authorized" in said,
+                    "logged in before any approval" if ok else said, t)
+
+    def login(p):
+        t = time.monotonic()
+        return step(p, "login", *p["browser"].login(p["password"]), t)
+
+    started = time.monotonic()
+    signed = [p for p, ok in zip(people, in_parallel(signup, people)) if ok]
+    waiting = [p for p, ok in zip(signed, in_parallel(refused, signed)) if ok]
+    log(f"{len(signed)} of {len(people)} signed up, {len(waiting)} refused at /hub/login while waiting "
+        f"({time.monotonic() - started:.1f} s); the instructor approves them at /hub/authorize")
+    t = time.monotonic()
+    approvals = me["browser"].approve([p["attendee"] for p in waiting])
+    approved = [p for p in waiting if step(p, "approved", *approvals[p["attendee"]], t)]
+    logged = [p for p, ok in zip(approved, in_parallel(login, approved)) if ok]
+    log(f"{len(approved)} approved, {len(logged)} logged in; starting their servers at /hub/spawn")
+    t = time.monotonic()
+    ready = into_lab(hub, logged, timeout)
+    log(f"{len(ready)} of {len(people)} in JupyterLab ({time.monotonic() - t:.1f} s after /hub/spawn)")
     return ready
 
 
@@ -476,8 +473,8 @@ def mem_limit_text(value: str | None) -> str:
     return f"{int(value) / 2**30:g}G" if value and value.isdigit() else str(value)
 
 
-def report(results: list[dict], sampler: Sampler, wall: float, busy: tuple[int, int], own: float, args,
-           spawn: dict) -> dict:
+def report(people: list[dict], me: dict, alone: float | None, sampler: Sampler, wall: float,
+           busy: tuple[int, int], own: float, args) -> dict:
     total_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), "?")
@@ -485,46 +482,65 @@ def report(results: list[dict], sampler: Sampler, wall: float, busy: tuple[int, 
     busy_s = busy[0] / os.sysconf("SC_CLK_TCK")
     ours = sum(cpu_s.values())
     other = max(0.0, busy_s - ours - own)
+    results = [{k: v for k, v in p.items() if k not in ("browser", "password")} for p in people]
     print()
     print(f"notebook 00 in {len(results)} attendee server(s) at once: {sum(r['ok'] for r in results)} of "
-          f"{len(results)} ran to the end without an error; wall time {wall:.1f} s")
+          f"{len(results)} ran to the end without an error; wall time {wall:.1f} s; the instructor alone "
+          + (f"{alone:.1f} s" if alone else "did not run it"))
     print(f"machine: {os.cpu_count()} cores ({cpu}), {gib(total_mem)} GiB; cores busy {busy[0] / max(1, busy[1]):.0%} "
           f"during the run: {ours:.0f} CPU s by the workshop, {own:.0f} by this check, {other:.0f} by other processes")
-    header = (f"{'attendee':<11} {'result':<6} {'kernel':>6} {'cells':>6} {'total':>6} {'CPU':>6} {'PSS GiB':>7} "
-              f"{'RSS GiB':>7}  CUDA_VISIBLE_DEVICES  GPUTRAIN_MEMORY_LIMIT_MB  MEM_LIMIT")
+    header = (f"{'attendee':<11} {'sign-up':>7} {'login':>6} {'server':>6} {'lab':>5} {'kernel':>6} {'cells':>6} "
+              f"{'total':>6} {'CPU':>6} {'PSS GiB':>7} {'RSS GiB':>7}  CUDA_VISIBLE_DEVICES  MEMORY_LIMIT_MB  MEM_LIMIT")
     print(header)
     print("-" * len(header))
+
+    def t(r, s):
+        v = (r["steps"].get(s) or {})
+        return f"{v['s']:.1f}s" if v.get("ok") and v.get("s") is not None else ("-" if not v else "FAIL")
+
     for r in results:
         env = (r.get("kernel") or {}).get("env") or {}
         peak = sampler.peak.get(r["attendee"], {"pss": 0, "rss": 0})
         r["peak_pss_bytes"], r["peak_rss_bytes"] = peak["pss"], peak["rss"]
         r["cpu_s"] = round(cpu_s.get(r["attendee"], 0.0), 1)
         cvd = env.get("CUDA_VISIBLE_DEVICES")
-        print(f"{r['attendee']:<11} {'ok' if r['ok'] else 'FAILED':<6} {r.get('kernel_ready_s', 0):>5.1f}s "
-              f"{r.get('notebook_s', 0):>5.1f}s {r.get('total_s', 0):>5.1f}s {r['cpu_s']:>5.1f}s {gib(peak['pss']):>7} "
-              f"{gib(peak['rss']):>7}  {'<unset>' if cvd is None else repr(cvd):<20}  "
-              f"{str(env.get('GPUTRAIN_MEMORY_LIMIT_MB')):<24}  {mem_limit_text(env.get('MEM_LIMIT'))}")
-        if r["error"]:
-            print(f"    {r['error']}")
+        print(f"{r['attendee']:<11} {t(r, 'signup'):>7} {t(r, 'login'):>6} {t(r, 'server'):>6} {t(r, 'lab'):>5} "
+              f"{r.get('kernel_ready_s', 0):>5.1f}s {r.get('notebook_s', 0):>5.1f}s {r.get('total_s') or 0:>5.1f}s "
+              f"{r['cpu_s']:>5.1f}s {gib(peak['pss']):>7} {gib(peak['rss']):>7}  "
+              f"{'<unset>' if cvd is None else repr(cvd):<20}  {str(env.get('GPUTRAIN_MEMORY_LIMIT_MB')):<15}  "
+              f"{mem_limit_text(env.get('MEM_LIMIT'))}")
     hub_peak = sampler.peak.get("hub+proxy", {"pss": 0})["pss"]
-    attendee_pss = [sampler.peak.get(r["attendee"], {"pss": 0})["pss"] for r in results]
-    times = [r["total_s"] for r in results if r["ok"]]
+    attendee_pss = [r["peak_pss_bytes"] for r in results] or [0]
+    times = [r["total_s"] for r in results if r.get("total_s") is not None]
     print(f"per attendee: kernel start + notebook median {statistics.median(times) if times else 0:.1f} s, "
           f"slowest {max(times) if times else 0:.1f} s; peak PSS median {gib(statistics.median(attendee_pss))} GiB, "
-          f"largest {gib(max(attendee_pss))} GiB; CPU median "
-          f"{statistics.median(r['cpu_s'] for r in results):.1f} s")
+          f"largest {gib(max(attendee_pss))} GiB")
+    cpu_each = statistics.median(r["cpu_s"] for r in results) if results else 0.0
+    least = len(results) * cpu_each / (os.cpu_count() or 1)
+    print(f"the cores' floor: {len(results)} x {cpu_each:.1f} CPU s per attendee / {os.cpu_count()} cores = {least:.1f} s "
+          "of wall time at the least, however the scheduler shares them")
     print(f"in total: peak PSS {gib(sampler.peak_total_pss)} GiB (hub and proxy {gib(hub_peak)} GiB), peak RSS "
           f"{gib(sampler.peak_total_rss)} GiB; lowest MemAvailable {gib(sampler.min_available)} of "
           f"{gib(total_mem)} GiB; {sampler.samples} memory samples")
     summary = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"), "attendees": len(results),
-        "ok": sum(r["ok"] for r in results), "wall_s": round(wall, 2), "cores": os.cpu_count(), "cpu": cpu,
-        "cores_busy": round(busy[0] / max(1, busy[1]), 3), "workshop_cpu_s": round(ours, 1),
+        "ok": sum(r["ok"] for r in results), "wall_s": round(wall, 2), "alone_s": alone,
+        "alone_cpu_s": me.get("cpu_s"), "alone_others_cores": me.get("others_cores"), "cores": os.cpu_count(),
+        "cpu_s_per_attendee": round(cpu_each, 1), "cores_floor_s": round(least, 1),
+        "cpu": cpu, "cores_busy": round(busy[0] / max(1, busy[1]), 3), "workshop_cpu_s": round(ours, 1),
         "check_cpu_s": round(own, 1), "other_cpu_s": round(other, 1), "memory_total_bytes": total_mem,
-        "peak_total_pss_bytes": sampler.peak_total_pss, "peak_total_rss_bytes": sampler.peak_total_rss,
-        "hub_proxy_peak_pss_bytes": hub_peak, "min_mem_available_bytes": sampler.min_available,
-        "servers_ready_s": spawn, "gpus_setting": args.gpus, "results": results,
+        "peak_total_pss_bytes": sampler.peak_total_pss if sampler.samples else None,
+        "peak_total_rss_bytes": sampler.peak_total_rss, "hub_proxy_peak_pss_bytes": hub_peak,
+        "min_mem_available_bytes": sampler.min_available, "gpus_setting": args.gpus,
+        "instructor": {k: v for k, v in me.items() if k not in ("browser", "password")}, "results": results,
     }
+    summary["verdicts"] = judge(summary)
+    if not me["steps"].get("notebook", {}).get("ok"):
+        first = next((f"{k}: {v['detail']}" for k, v in me["steps"].items() if not v["ok"]), "not reached")
+        summary["verdicts"].insert(0, {"check": "instructor", "ok": False, "detail": f"did not walk the instructor's "
+                                       f"path (sign-up, login, server, notebook 00 alone): {first}"})
+    summary["holds"] = holds(summary["verdicts"])
+    print(verdict_text(summary["verdicts"]))
     out = ROOT / "artifacts" / "workshop"
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"attendees-{len(results)}.json"
@@ -542,37 +558,25 @@ def run(args: argparse.Namespace, check_id: str) -> int:
     try:
         log(f"starting the hub on {hub.url} (workshop/jupyterhub_config.py; state in {hub.state})")
         hub.start()
-        hub.api("POST", "/hub/api/users", {"usernames": names})
-        tokens = {name: hub.api("POST", f"/hub/api/users/{name}/tokens",
-                                {"note": "workshop-check login", "expires_in": 3600})["token"] for name in names}
-        log(f"{len(names)} attendees created and logged in (a token each); starting their servers")
-        started = time.monotonic()
-        for name in names:                              # as each attendee's browser would: their own token
-            hub.api("POST", f"/hub/api/users/{name}/server", token=tokens[name])
-        spawn = wait_ready(hub, names, started, args.spawn_timeout)
-        log(f"all {len(names)} servers ready in {time.monotonic() - started:.1f} s")
         sampler.start()
-        go = threading.Event()
-        attendees = [Attendee(hub, name, tokens[name], args.timeout, go) for name in names]
-        for attendee in attendees:
-            attendee.start()
-        time.sleep(1.0)
-        sampler.reset()
+        me, alone = instructor_alone(hub, args, sampler)
+        people = [person(hub, name) for name in names]
+        if me["steps"].get("login", {}).get("ok"):
+            ready = walk_in(hub, me, people, args.spawn_timeout)
+        else:
+            ready = []
+            for p in people:
+                p["steps"]["signup"] = {"ok": False, "detail": "not tried: the instructor could not log in"}
         busy0, self0 = cpu_busy(), os.times()
-        log(f"running {NOTEBOOK} in {len(names)} servers at once")
-        wall_start = time.monotonic()
-        go.set()
-        for attendee in attendees:
-            while attendee.is_alive():
-                attendee.join(timeout=0.5)
-        wall = time.monotonic() - wall_start
+        log(f"running notebook 00 in {len(ready)} servers at once")
+        wall = run_notebooks(ready, args.timeout, sampler)
         busy1, self1 = cpu_busy(), os.times()
         sampler.stop_event.set()
         sampler.join(timeout=5)
         busy = (busy1[0] - busy0[0], busy1[1] - busy0[1])
         own = (self1.user + self1.system) - (self0.user + self0.system)     # this check: clients and sampler
-        summary = report([a.result for a in attendees], sampler, wall, busy, own, args, spawn)
-        status = 0 if summary["ok"] == len(names) else 1
+        summary = report(people, me, alone, sampler, wall, busy, own, args)
+        status = 0 if summary["holds"] else 1
         return status
     except SetupFailed:
         raise
@@ -582,7 +586,7 @@ def run(args: argparse.Namespace, check_id: str) -> int:
         sampler.stop_event.set()
         log("stopping the servers, the hub and the proxy")
         if hub.proc is not None and hub.proc.poll() is None:
-            for name in names:
+            for name in [INSTRUCTOR, *names]:
                 try:
                     hub.api("DELETE", f"/hub/api/users/{name}/server", timeout=10)
                 except (OSError, urllib.error.URLError):

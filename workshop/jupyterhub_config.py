@@ -108,6 +108,26 @@ if AUTHENTICATOR == "native":
     c.NativeAuthenticator.allowed_failed_logins = 5
     c.NativeAuthenticator.seconds_before_next_try = 120
     c.NativeAuthenticator.allow_all = True  # whoever an admin approved; unapproved sign-ups cannot log in
+
+    # NativeAuthenticator 1.3.0 (the latest release) times each login with the hub's statsd client
+    # (`self.statsd.timer("login.authenticate")` in its LoginHandler.post); JupyterHub 6 removed statsd, so without
+    # this every password login at /hub/login fails with HTTP 500 ("'LoginHandler' object has no attribute
+    # 'statsd'"): nobody could log in. A timer that does nothing, only where the hub has no statsd of its own.
+    # `make workshop-check` logs every attendee in through /hub/login and fails if a login fails.
+    from nativeauthenticator import handlers as _native_handlers
+
+    class _NoStatsd:
+        def timer(self, name):
+            return self
+
+        def start(self):
+            return self
+
+        def stop(self, send=True):
+            return None
+
+    if not hasattr(_native_handlers.LoginHandler, "statsd"):
+        _native_handlers.LoginHandler.statsd = _NoStatsd()
 elif AUTHENTICATOR == "github":
     c.JupyterHub.authenticator_class = "github"
     missing = [k for k in ("OAUTH_CLIENT_ID", "OAUTH_CLIENT_SECRET", "OAUTH_CALLBACK_URL") if not os.environ.get(k)]
