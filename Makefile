@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 export PYTHONHASHSEED := 0
 
 .PHONY: lab test site lint unit nbval notebooks install doctor bench lock screenshots errors-doc gpu-check clean \
-	test-wheel test-bootstrap test-versions workshop-check release-check
+	test-wheel test-bootstrap test-versions workshop-check release-check check-links
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,11 @@ errors-doc: $(STAMP)
 # (minutes: not part of `make test`).
 test-wheel: $(STAMP)
 	$(PY) -m pytest tests/project/test_wheel.py -m wheel -p no:cacheprovider
+
+# Once the course is published: every badge, the first cell's repository, each notebook's page answer (needs the
+# internet; a maintainer runs it after publishing or after changing gputrain_kit.course.REPOSITORY).
+check-links: $(STAMP)
+	$(PY) tools/check_links.py
 
 # The release steps of .github/workflows/release.yml, here: sdist and wheel (python -m build), what each carries,
 # then the wheel in a clean venv runs notebook 00 (minutes: not part of `make test`).

@@ -92,3 +92,17 @@ def test_error_texts_name_only_commands_that_work_today():
     offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "gputrain_kit").rglob("*.py")
                  if re.search(r"pip install (-U )?gputrain[-_]kit\b(?![-_.\w\[])", p.read_text())]
     assert offenders == []
+
+
+def test_check_links_collects_every_address_a_learner_follows():
+    """`make check-links` (run by a maintainer once published; it needs the internet): what it would try."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import check_links
+
+    found = check_links.course_addresses()
+    notebooks = course.notebook_files()
+    assert found[0] == course.REPOSITORY and len(found) == len(set(found))
+    for path in notebooks:
+        assert course.colab_url(path.name) in found and course.kaggle_url(path.name) in found
+    assert all(url.startswith(("https://colab.research.google.com/", "https://kaggle.com/", course.REPOSITORY))
+               for url in found)
