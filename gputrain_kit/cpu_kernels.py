@@ -2,11 +2,13 @@
 
 TensorFlow ships two families of CPU kernels in one wheel:
 
-- **oneDNN** (Intel's deep-learning kernels). On Linux x86 TensorFlow turns them on by default only when the
-  CPU has AVX512-VNNI, AVX512-BF16, AVX-VNNI or AMX (its ``DefaultOneDnnPolicy``): recent servers, Zen 4 and
-  newer AMD, Intel laptops with AVX-VNNI. Never by default on Windows or macOS.
-- **Eigen**, TensorFlow's portable kernels: everywhere else (AVX2-only laptops, AMD before Zen 4, Apple
-  Silicon).
+- **oneDNN** (Intel's deep-learning kernels). Where TensorFlow turns them on by default is written in its
+  ``DefaultOneDnnPolicy()`` (``tensorflow/core/util/port.cc``, TensorFlow 2.21): on Linux x86 when the CPU has
+  AVX512-VNNI, AVX512-BF16, AVX-VNNI or AMX (recent servers, AMD Zen 4 and newer, Intel laptops with AVX-VNNI);
+  on Linux Arm when the CPU is an Arm Neoverse V1 (AWS Graviton3 class); and in Windows x86 builds on every CPU
+  (the code returns true there, although the comment above it still says "Windows: Disabled by default").
+- **Eigen**, TensorFlow's portable kernels: everywhere else (AVX2-only Linux machines, AMD before Zen 4, other
+  Arm CPUs such as Graviton2 and Graviton4, macOS).
 
 ``TF_ENABLE_ONEDNN_OPTS=0`` or ``=1`` forces either family; TensorFlow reads it once, at import, so a
 process cannot switch: the kit runs the other family in child processes. The families differ in more than
@@ -27,14 +29,21 @@ from typing import Iterable
 
 from ._args import require_choice
 
-__all__ = ["FAMILIES", "FAMILY_NAMES", "CpuKernels", "AllocatorStatsError", "cpu_features", "default_family",
+__all__ = ["FAMILIES", "FAMILY_NAMES", "CpuKernels", "AllocatorStatsError", "cpu_features", "arm_cpu", "default_family",
            "expected_family", "native_bf16", "onednn_bf16", "bf16_by_onednn", "detect", "family_env", "use_bfc_allocator", "require_allocator_stats"]
 
 #: The two CPU kernel families, as the kit names them.
 FAMILIES = ("onednn", "eigen")
 FAMILY_NAMES = {"onednn": "oneDNN", "eigen": "Eigen (portable)"}
-#: The CPU features for which TensorFlow turns oneDNN on by default on Linux (tensorflow/core/util/port.cc).
+#: Where TensorFlow writes which family runs by default.
+POLICY_SOURCE = "DefaultOneDnnPolicy() in tensorflow/core/util/port.cc"
+#: The x86 CPU features for which TensorFlow turns oneDNN on by default on Linux (``POLICY_SOURCE``).
 ONEDNN_DEFAULT_FEATURES = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8", "amx_bf16")
+#: The Arm CPUs, as (implementer, part) of their MIDR register, for which TensorFlow turns oneDNN on by default on
+#: Linux: its ``TestAarch64CPU(ARM_NEOVERSE_V1)`` (``xla/tsl/platform/cpu_info.cc``) matches implementer 0x41, part 0xd40.
+ONEDNN_DEFAULT_ARM_CPUS = {(0x41, 0xD40): "Arm Neoverse V1 (AWS Graviton3 class)"}
+_X86 = ("x86_64", "amd64", "x86", "i386", "i686")
+_ARM64 = ("aarch64", "arm64")
 #: CPU features that execute bfloat16 arithmetic natively (x86: AVX512-BF16, AMX; Arm: the BF16 extension).
 BF16_FEATURES = ("avx512_bf16", "amx_bf16", "bf16")
 _ENV = "TF_ENABLE_ONEDNN_OPTS"
@@ -70,6 +79,29 @@ def cpu_features() -> frozenset[str]:
     return frozenset(flags)
 
 
+def arm_cpu(cpuinfo: str | None = None) -> tuple[int, int] | None:
+    """An Arm CPU's (implementer, part) numbers, as Linux's ``/proc/cpuinfo`` gives them ("CPU implementer",
+    "CPU part"); None on other CPUs or where they cannot be read. ``cpuinfo``: that file's text (default: read
+    this machine's)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = f.read()
+        except OSError:
+            return None
+    found: dict[str, int] = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key in ("CPU implementer", "CPU part") and key not in found:
+            try:
+                found[key] = int(value, 0)
+            except ValueError:
+                return None
+    if len(found) < 2:
+        return None
+    return found["CPU implementer"], found["CPU part"]
+
+
 def cpu_name() -> str:
     """The CPU's model name, or the platform's processor string."""
     try:
@@ -103,18 +135,34 @@ def bf16_by_onednn(family: str, features: Iterable[str] | None = None) -> bool:
 
 
 def default_family(features: Iterable[str] | None = None, system: str | None = None,
-                   machine: str | None = None) -> tuple[str, str]:
-    """The family TensorFlow picks without ``TF_ENABLE_ONEDNN_OPTS``, and why, from the CPU's features.
+                   machine: str | None = None, arm: tuple[int, int] | None = None) -> tuple[str, str]:
+    """The family TensorFlow picks without ``TF_ENABLE_ONEDNN_OPTS``, and why: TensorFlow's rule
+    (``POLICY_SOURCE``) applied to platform facts.
 
-    Pure: reads ``/proc/cpuinfo`` only when ``features`` is None. For x86 Linux it follows TensorFlow's rule;
-    elsewhere it says TensorFlow's choice is read from the running TensorFlow (``detect``)."""
-    found = cpu_features() if features is None else set(features)
+    ``features``: the CPU's feature flags as Linux names them; ``system``/``machine``: as ``platform.system()``
+    and ``platform.machine()`` give them; ``arm``: an Arm CPU's (implementer, part). Pure when ``features`` is
+    given (``arm`` then defaults to none); with ``features=None`` all facts are read from this machine."""
+    if features is None:
+        found: set[str] = set(cpu_features())
+        arm = arm_cpu() if arm is None else arm
+    else:
+        found = set(features)
     system = system or platform.system()
     machine = (machine or platform.machine()).lower()
+    if system == "Windows":
+        if machine in _X86:
+            return "onednn", "TensorFlow's default on Windows x86, whatever the CPU (its DefaultOneDnnPolicy)"
+        return "eigen", f"TensorFlow's default on Windows {machine}: oneDNN is on by default only in x86 builds"
     if system != "Linux":
-        return "eigen", f"TensorFlow's default on {system}: oneDNN only on Linux"
-    if machine not in ("x86_64", "amd64"):
-        return "eigen", f"TensorFlow's default on {machine}: oneDNN only on some Arm server CPUs"
+        shown = {"Darwin": "macOS"}.get(system, system)
+        return "eigen", f"TensorFlow's default on {shown}: oneDNN is on by default only on Linux and Windows x86"
+    if machine in _ARM64:
+        if arm in ONEDNN_DEFAULT_ARM_CPUS:
+            return "onednn", f"TensorFlow's default on this CPU, an {ONEDNN_DEFAULT_ARM_CPUS[arm]}"
+        return "eigen", ("TensorFlow's default on this Arm CPU: of Arm CPUs, TensorFlow turns oneDNN on by default "
+                         "only on the Arm Neoverse V1 (AWS Graviton3 class)")
+    if machine not in _X86:
+        return "eigen", f"TensorFlow's default on Linux {machine}: oneDNN is on by default only on x86 and Arm"
     has = [f for f in ONEDNN_DEFAULT_FEATURES if f in found]
     if has:
         return "onednn", f"TensorFlow's default on this CPU: it has {', '.join(has)}"
@@ -191,7 +239,9 @@ def detect() -> CpuKernels:
     if forced is not None and forced.strip().lower() in ("0", "1", "true", "false"):
         reason = f"{_ENV}={forced} forces it"
     else:
-        reason = why if default == family else "TensorFlow's default here"
+        reason = why if default == family else (
+            f"this TensorFlow's own default; TensorFlow's rule ({POLICY_SOURCE}) gives {FAMILY_NAMES[default]} "
+            f"here, so this build differs (one built without oneDNN runs Eigen everywhere)")
     return CpuKernels(family=family, reason=reason, cpu=cpu_name(), native_bf16=native_bf16(), default=default)
 
 

@@ -1,8 +1,10 @@
 """``python -m gputrain_kit doctor``: can the course run on this machine?
 
-Prints versions, the TensorFlow build (CUDA/cuDNN), physical GPUs,
-CUDA_VISIBLE_DEVICES, whether JupyterLab's widget extension is installed, and a
-smoke test (two devices, one MirroredStrategy training step, in a child process).
+Prints versions, the TensorFlow build (CUDA/cuDNN), the CPU kernels, physical GPUs,
+CUDA_VISIBLE_DEVICES, the known traps of the installed Keras, whether JupyterLab's widget
+extension is installed, the machine's memory, and a smoke test in a child process:
+``setup(devices=2)``, one epoch of ``fit`` under MirroredStrategy (8 samples in batches of 4:
+2 steps, each split over the 2 devices), then a read of the allocator's memory statistics.
 Exits 1 when something would stop the notebooks, naming what and how to fix it.
 """
 from __future__ import annotations
@@ -204,7 +206,9 @@ def run_checks(quick: bool = False) -> list[Check]:
 def main(argv: list[str] | None = None, checks: Callable[[bool], list[Check]] = run_checks) -> int:
     parser = argparse.ArgumentParser(prog="python -m gputrain_kit doctor",
                                      description="Check whether the gputrain-kit notebooks can run here.")
-    parser.add_argument("--quick", action="store_true", help="skip the smoke test that trains for one step")
+    parser.add_argument("--quick", action="store_true",
+                        help="skip the smoke test (a child process that trains one epoch of 2 steps on 2 devices "
+                        "and reads the allocator's memory statistics)")
     args = parser.parse_args(argv)
     results = checks(args.quick)
     for check in results:
