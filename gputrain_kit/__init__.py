@@ -32,7 +32,7 @@ def _version() -> str:
 __version__ = _version()
 
 #: Submodules, imported on first use (``kit.memory``, ``kit.check``, ...): importing the kit stays light (PEP 562).
-SUBMODULES = ("activity", "batchnorm", "branches", "check", "checkpoints", "cluster", "counting", "course",
+SUBMODULES = ("activity", "batchnorm", "branches", "check", "checkpoints", "cluster", "collectives", "counting", "course",
               "cpu_kernels", "data", "devices", "doctor", "errors", "explainer", "feeding", "gpu_record", "known_traps",
               "lrscaling", "measure", "memory", "multiworker", "netns", "parallel", "pipeline", "placement", "plots", "processes",
               "replicas", "saving", "scaling", "sharding", "training", "visibility", "widgets")
@@ -48,7 +48,7 @@ __all__ = [
     "SetupError", "SetupReport", "check", "counting", "cpu_kernels", "data", "gpu_record", "known_traps", "parallel", "placement", "plots", "processes",
     "training", "multiworker", "launch_local_workers", "WorkerError", "WorkerFailed", "WorkerTimeout",
     "PortInUseError",
-    "visibility", "widgets", "__version__", "measure", "batchnorm", "cluster", "sharding",
+    "visibility", "widgets", "__version__", "measure", "batchnorm", "cluster", "sharding", "collectives",
 ]
 
 

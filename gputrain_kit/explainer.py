@@ -204,7 +204,7 @@ _ENTRIES = (
         "tried to read another replica's copy of a variable.",
         "XLA does not reach variables on other devices (TensorFlow's XLA known issues: a tf.Variable on a "
         "different device); Keras 3's default jit_compile='auto' turns XLA off under tf.distribute for this "
-        "reason (keras#18627, #20763).",
+        "reason (keras/src/trainers/trainer.py, _resolve_auto_jit_compile; the error as users met it: keras#19005).",
         "leave jit_compile at its default ('auto'), or pass jit_compile=False.",
         "notebook 00, 'Known traps of your Keras version'"),
         (r"Trying to access resource \S*replica_\d+\S* .*located in device .* from device",

@@ -45,6 +45,11 @@ with mp.scope():
     model.fit(x[:256], y[:256], batch_size=64, epochs=1, verbose=0)
     answer("inside", lambda: S.check_distributed(model))
 answer("outside", lambda: S.check_distributed(model))
+answer("step_outside", lambda: kit.collectives.train_step_text(model, x[:64], y[:64]))
+with mp.scope():
+    answer("step_uncompiled", lambda: kit.collectives.train_step_text(mlp("raw"), x[:64], y[:64]))
+    answer("step_bad_x", lambda: kit.collectives.train_step_text(model, 3, y[:64]))
+    answer("step_ok", lambda: len(kit.collectives.read_collectives(kit.collectives.train_step_text(model, x[:64], y[:64]))) > 0)
 answer("measured_outside", lambda: sorted(set(S.bytes_per_device(model).values())))
 answer("keys_outside", lambda: S.check_layout_map(model, layouts))
 plain = mlp("plain")
@@ -92,6 +97,7 @@ with mp.scope():
     answer("lost_layouts", lambda: S.variable_layouts(lost))
     answer("lost_keys", lambda: S.check_layout_map(lost, layouts))
     answer("lost_expected", lambda: S.expected_bytes_per_device(lost, layouts))
+    answer("lost_step", lambda: kit.collectives.train_step_text(lost, x[:64], y[:64]))
     # a step that fails after others succeeded in the same fit loses nothing: Keras gives the last state back
     late = mlp("late"); late.compile("sgd", loss)
     try:
@@ -179,6 +185,17 @@ def test_a_failed_first_step_loses_the_variables_and_every_helper_says_rebuild_i
                        ("lost_expected", "expected_bytes_per_device")):
         _refused(out, name, "model lost is unusable after a failed fit", "(4 of 4, e.g. 'lost/d1/kernel')",
                  "rebuild it", func=func)
+    _refused(out, "lost_step", "model lost is unusable after a failed fit", "rebuild it", func="train_step_text")
     _refused(out, "judged_bytes", "model judged is unusable after a failed fit", "rebuild it", func="bytes_per_device")
     # no false alarm: a fit that fails after a step succeeded keeps its variables
     assert out["late_fit"] == "IndivisibleError" and out["late_check"] == {"ok": {"batch": 2, "model": 4}}
+
+
+def test_train_step_text_compiles_inside_the_scope_and_refuses_in_words(out):
+    """kit.collectives.train_step_text: the step fit runs, compiled, only where fit would run distributed."""
+    assert out["step_ok"] == {"ok": True}
+    _refused(out, "step_outside", "model mlp", "keras.distribution.distribution() is None",
+             "build and fit inside distribution.scope()", func="train_step_text")
+    _refused(out, "step_uncompiled", "model raw is not compiled", "model.compile(", func="train_step_text")
+    assert out["step_bad_x"]["type"] == "ArgumentTypeError"
+    assert out["step_bad_x"]["message"].startswith("train_step_text: x must be an array with a batch axis, got 3")
