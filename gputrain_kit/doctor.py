@@ -57,6 +57,25 @@ def check_python() -> Check:
     return Check(OK, "Python", text)
 
 
+def _installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` (without importing it), or None."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def version_checks(tensorflow: str, keras: str, jax: str | None) -> list[Check]:
+    """TensorFlow, Keras and JAX against the supported range (``versions``): FAIL where the course cannot run,
+    warn naming the notebooks a version cannot run."""
+    from .versions import check_versions
+
+    status = {"ok": OK, "warn": WARN, "FAIL": FAIL}
+    return [Check(status[f.status], f.name, f.detail) for f in check_versions(tensorflow, keras, jax)]
+
+
 def check_tensorflow() -> list[Check]:
     try:
         from . import _tf
@@ -65,17 +84,7 @@ def check_tensorflow() -> list[Check]:
     except Exception as err:  # broken install, missing wheel, CPU without AVX...
         return [Check(FAIL, "TensorFlow", f"cannot be imported ({type(err).__name__}: {err}). "
                       "Run `make lab` (or `pip install -e .`) to install it.")]
-    checks = []
-    if _version_tuple(tf.__version__) < (2, 16):
-        checks.append(Check(FAIL, "TensorFlow", f"{tf.__version__}: the course needs 2.16 or newer "
-                            "(Keras 3). Upgrade: pip install -U 'tensorflow>=2.16'."))
-    else:
-        checks.append(Check(OK, "TensorFlow", tf.__version__))
-    if _version_tuple(keras.__version__)[0] != 3:
-        checks.append(Check(FAIL, "Keras", f"{keras.__version__}: the course is written for Keras 3. "
-                            "Unset TF_USE_LEGACY_KERAS and install keras>=3."))
-    else:
-        checks.append(Check(OK, "Keras", keras.__version__))
+    checks = version_checks(tf.__version__, keras.__version__, _installed_version("jax"))
     info = tf.sysconfig.get_build_info()
     if info.get("is_cuda_build"):
         build = f"CUDA {info.get('cuda_version')}, cuDNN {info.get('cudnn_version')}"

@@ -45,3 +45,15 @@ def test_the_range_is_pyprojects():
     low, high = TENSORFLOW_RANGE
     assert f"tensorflow>={low[0]}.{low[1]},<{high[0]}.{high[1] + 1}" in deps
     assert version_tuple("2.21.0+cu12") == (2, 21, 0) and version_tuple("3.16.0.dev2026") == (3, 16, 0)
+
+
+def test_doctor_says_it_and_fails_only_what_the_course_cannot_survive():
+    from gputrain_kit.doctor import FAIL, OK, WARN, version_checks
+
+    lines = {c.name: c for c in version_checks("2.21.0", "3.12.4", None)}
+    assert lines["TensorFlow"].status == OK
+    assert lines["Keras"].status == WARN and "notebook 03" in lines["Keras"].detail
+    assert lines["JAX"].status == WARN and "notebook 09" in lines["JAX"].detail
+    assert {c.status for c in version_checks("2.17.1", "3.15.1", "0.7.0")} == {FAIL, OK}
+    assert "[FAIL] Keras: 3.9.2" in next(c.line() for c in version_checks("2.21.0", "3.9.2", "0.7.0")
+                                          if c.name == "Keras")
