@@ -18,7 +18,11 @@ is switched off while the service runs. A worker that hangs still sends heartbea
 the others wait for it, and only ``timeout`` stops them.
 
 Inside a worker, ``report(name=value)`` sends JSON-able values back and
-``worker_task()`` says which worker this is.
+``worker_task()`` says which worker this is. ``chief_or_scratch_dir(path)`` says where
+it saves: ``path`` on the chief; on any other worker a new ``tempfile.mkdtemp`` folder
+on its own host, outside ``path``, which the kit never deletes. (tf-keras's
+``BackupAndRestore`` does it otherwise: ``<path>/workertemp_<index>``, inside the
+shared folder, deleted after each save: ``distribute/distributed_file_utils.py``.)
 
 On Linux the workers are forked from one process that imported TensorFlow once
 (``gputrain_kit._zygote``), so only the first launch pays the import.

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ._args import require_int
 from .batching import plan_batches
 
 __all__ = ["UnevenBatchError", "RunResult", "strategy_for", "build_digits_model", "train_digits", "distributed_split",
+           "slowdown_band", "Reduction", "ReductionLog", "record_reductions",
            "CSDN_2020_MNIST", "CSDN_2020_CIFAR10", "CSDN_2020_SETUP"]
 
 #: The measured table of the CSDN post "keras实现多gpu数据并行训练" (about 2020) (MNIST MLP 784-256-256-10, TF 2.3, real GPUs, ReductionToOneDevice):
@@ -215,3 +217,108 @@ def distributed_split(strategy: Any, n_samples: int, global_batch: int, drop_rem
         dist = strategy.experimental_distribute_dataset(
             tf.data.Dataset.range(n_samples).batch(global_batch, drop_remainder=drop_remainder))
     return [[int(t.shape[0]) for t in strategy.experimental_local_results(batch)] for batch in dist]
+
+
+def slowdown_band(ratio: float) -> str:
+    """``ratio`` (time per sample on several replicas over time per sample on one) in words, by band: "less time
+    per sample than one" (under 0.9), "about as long as one" (0.9 to 1.5), "several times as long as one" (1.5 to
+    10), "more than ten times as long as one" (10 and over). Notebook 02 prints a timing this way: the number
+    changes from run to run and machine to machine, the band much less."""
+    import math
+    import numbers
+
+    from ._args import ArgumentTypeError, short
+
+    fix = "e.g. slowdown_band(one.samples_per_s / four.samples_per_s), one and four from train_digits"
+    if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real):
+        raise ArgumentTypeError(f"slowdown_band: ratio must be a positive finite number (time per sample on several "
+                                f"replicas / on one), got {short(ratio)} ({type(ratio).__name__}); {fix}.")
+    if not (ratio > 0 and math.isfinite(ratio)):
+        raise ValueError(f"slowdown_band: ratio must be a positive finite number (time per sample on several "
+                         f"replicas / on one), got {short(ratio)}; {fix}.")
+    if ratio < 0.9:
+        return "less time per sample than one"
+    if ratio < 1.5:
+        return "about as long as one"
+    if ratio < 10:
+        return "several times as long as one"
+    return "more than ten times as long as one"
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """One reduction TensorFlow ran between devices: ``kind`` "all-reduce" (``CrossDeviceOps.batch_reduce``: what
+    ``ReplicaContext.all_reduce`` calls, and so the gradients' sum in Keras's optimizer) or "reduce"
+    (``CrossDeviceOps.reduce``: what ``strategy.reduce`` and reading a metric's per-replica variables call);
+    ``dtype`` of the value; ``op``: the class of the cross-device op that really ran it."""
+
+    kind: str
+    dtype: str
+    op: str
+
+
+class ReductionLog(list):
+    """The reductions recorded by ``record_reductions``, in order; printed as a table of how many of each kind,
+    dtype and cross-device op."""
+
+    def counts(self) -> dict[tuple[str, str, str], int]:
+        """(kind, dtype, op) -> how many, in the order first seen."""
+        found: dict[tuple[str, str, str], int] = {}
+        for r in self:
+            found[(r.kind, r.dtype, r.op)] = found.get((r.kind, r.dtype, r.op), 0) + 1
+        return found
+
+    def __str__(self) -> str:
+        if not self:
+            return "no reduction between devices was recorded"
+        rows = [f"{'kind':<11} {'dtype':<8} {'count':>5}  cross-device op that ran it"]
+        rows += [f"{kind:<11} {dtype:<8} {n:>5}  {op}" for (kind, dtype, op), n in self.counts().items()]
+        return "\n".join(rows)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+@contextmanager
+def record_reductions() -> Iterator[ReductionLog]:
+    """Record which cross-device op really ran each reduction between devices inside the block.
+
+    A MirroredStrategy's configured op (``cross_device_ops=``, or the default ``CollectiveAllReduce``; what
+    ``kit.parallel.reduction_in_use`` names) is not used for every reduction. In TensorFlow's
+    ``mirrored_strategy.py`` (2.21): a ``reduce_to`` (``strategy.reduce``, which reduces to the host CPU unless a
+    ``tf.device`` scope names another device, and reading a metric's per-replica variables) goes through
+    ``ReductionToOneDevice`` whenever a destination is a CPU or the destinations are not the value's own devices
+    (``_reduce_to``): on CPU devices, every one. Any int32 value goes through ``ReductionToOneDevice`` too, in
+    all-reduces as well (``_get_cross_device_ops``). The configured op runs the other all-reduces, such as the
+    gradients' sum, and a ``reduce_to`` onto the value's own GPUs. (Under XLA, on GPUs only, every reduction uses
+    the collective.)
+
+    It wraps ``tf.distribute.CrossDeviceOps.reduce`` and ``batch_reduce`` (the methods every cross-device op
+    inherits) while the block runs. Python code is recorded as it runs: a ``tf.function``'s reductions when it is
+    traced, not on later calls, so record a fresh model's first ``fit``.
+    """
+    import tensorflow as tf
+
+    base = tf.distribute.CrossDeviceOps
+    log = ReductionLog()
+    reduce, batch_reduce = base.__dict__["reduce"], base.__dict__["batch_reduce"]
+
+    def dtype_of(value: Any) -> str:
+        values = getattr(value, "values", None)       # a PerReplica's tuple (an IndexedSlices' is a tensor)
+        first = values[0] if isinstance(values, tuple) and values else value
+        return getattr(getattr(first, "dtype", None), "name", type(first).__name__)
+
+    def recording_reduce(self, reduce_op, per_replica_value, destinations, options=None):
+        log.append(Reduction("reduce", dtype_of(per_replica_value), type(self).__name__))
+        return reduce(self, reduce_op, per_replica_value, destinations, options)
+
+    def recording_batch_reduce(self, reduce_op, value_destination_pairs, options=None):
+        pairs = list(value_destination_pairs)
+        log.extend(Reduction("all-reduce", dtype_of(value), type(self).__name__) for value, _ in pairs)
+        return batch_reduce(self, reduce_op, pairs, options)
+
+    base.reduce, base.batch_reduce = recording_reduce, recording_batch_reduce
+    try:
+        yield log
+    finally:
+        base.reduce, base.batch_reduce = reduce, batch_reduce

@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -107,7 +108,15 @@ def fit_under_mwms(backup_dir):
 
     out["tf_keras"] = legacy_model().fit(data, epochs=3, verbose=0).history["loss"]      # uninterrupted
     backup = tf_keras.callbacks.BackupAndRestore(backup_dir, delete_checkpoint=False)
-    out["backed_up"] = legacy_model().fit(data, epochs=2, verbose=0, callbacks=[backup]).history["loss"]
+    out["written"] = []
+
+    class WhereWritten(tf_keras.callbacks.Callback):     # after BackupAndRestore, as notebook 07's worker
+        def on_epoch_end(self, epoch, logs=None):
+            folder = backup._training_state.write_checkpoint_manager.directory
+            out["written"].append([os.path.relpath(folder, backup_dir), os.path.isdir(folder)])
+
+    out["backed_up"] = legacy_model().fit(data, epochs=2, verbose=0,
+                                          callbacks=[backup, WhereWritten()]).history["loss"]
     out["folder"] = sorted(os.listdir(backup_dir))
     with strategy.scope():                  # the relaunch: other initial weights, the same folder
         again = tf_keras.Sequential([tf_keras.Input((4,)), tf_keras.layers.Dense(2, activation="softmax")])
@@ -163,6 +172,10 @@ def test_keras3_fit_fails_under_mwms_and_tf_keras_fit_works(tmp_path):
         assert result["relaunch"]["epochs"] == [2]
         assert result["relaunch"]["loss"] == pytest.approx(result["tf_keras"][2:], rel=1e-5)
     assert run.results[0]["tf_keras"] == run.results[1]["tf_keras"]
+    # tf-keras's distributed_file_utils: the chief writes to <dir>/chief; worker 1 to <dir>/workertemp_1, inside
+    # the shared folder, deleted after each save (both epochs)
+    assert run.results[0]["written"] == [["chief", True], ["chief", True]]
+    assert run.results[1]["written"] == [["workertemp_1", False], ["workertemp_1", False]]
     assert sorted(os.listdir(tmp_path)) == ["chief"]
     assert any(name.endswith(".index") for name in os.listdir(tmp_path / "chief"))
 
@@ -443,7 +456,13 @@ def test_tf_config_and_worker_task(monkeypatch):
     assert (task.index, task.count, task.is_chief) == (2, 3, False)
     scratch = mw.chief_or_scratch_dir("/shared/ckpt")
     assert scratch != "/shared/ckpt" and os.path.isdir(scratch)
+    # notebook 07: a new tempfile.mkdtemp folder in this host's temporary folder, outside the shared one, and
+    # nothing deletes it (another call makes another; the first is still there)
+    assert os.path.dirname(scratch) == tempfile.gettempdir() and not scratch.startswith("/shared/ckpt")
+    second = mw.chief_or_scratch_dir("/shared/ckpt")
+    assert second != scratch and os.path.isdir(scratch) and os.path.isdir(second)
     os.rmdir(scratch)
+    os.rmdir(second)
     monkeypatch.setenv("TF_CONFIG", mw.tf_config(["a:1", "b:2"], 0))
     assert mw.chief_or_scratch_dir("/shared/ckpt") == "/shared/ckpt"
     monkeypatch.delenv("TF_CONFIG")

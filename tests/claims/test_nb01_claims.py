@@ -269,3 +269,64 @@ def test_memory_growth_before_logical_gpus_is_accepted_and_dropped():
     assert out["growth_only"] is True
     assert out["both"] == [False, [512.0, 512.0], True]
     assert out["logical_first"] == "Cannot set memory growth on device when virtual devices configured"
+
+
+@pytest.mark.parametrize("family", ["1", "0"], ids=["onednn", "eigen"])
+def test_memory_growth_is_refused_on_a_cpu_split_or_not(family):
+    """Notebook 01, section 5: ``set_memory_growth`` (tensorflow/python/eager/context.py) checks for a split
+    first, then refuses every non-GPU device: a split CPU gets the first message, a CPU that is not split
+    (a fresh process, as the notebook starts it with ``run_child``) the second."""
+    split = last_json(run_python("""
+        import json, gputrain_kit as k
+        k.setup(devices=2)
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        try:
+            tf.config.experimental.set_memory_growth(cpu, True); error = None
+        except ValueError as e:
+            error = str(e)
+        print(json.dumps([len(tf.config.get_logical_device_configuration(cpu)), error]))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": family}))
+    assert split == [2, "Cannot set memory growth on device when virtual devices configured"]
+    unsplit = processes.run_child("""
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+split = tf.config.get_logical_device_configuration(cpu)
+try:
+    tf.config.experimental.set_memory_growth(cpu, True)
+    send_back(split=split, error=None)
+except ValueError as err:
+    send_back(split=split, error=f"{type(err).__name__}: {err}")
+""", env={"TF_ENABLE_ONEDNN_OPTS": family, "CUDA_VISIBLE_DEVICES": ""}).values
+    assert unsplit == {"split": None, "error": "ValueError: Cannot set memory growth on non-GPU and non-Pluggable devices"}
+
+
+def _notebook_cell(cell_id: str) -> str:
+    import json
+    from pathlib import Path
+
+    notebook = Path(__file__).resolve().parents[2] / "notebooks" / "01_cuda_visible_devices.ipynb"
+    return next("".join(c["source"]) for c in json.loads(notebook.read_text())["cells"] if c.get("id") == cell_id)
+
+
+def test_the_growth_before_split_cell_prints_the_line_the_h100_record_shows(capsys):
+    """Notebook 01, 6.5: the GPU cell's line and the recorded one (``gpu_record``'s growth_before_split) are the
+    same line: the cell run with the recorded values in place of its child process prints the record's line."""
+    from types import SimpleNamespace
+
+    from gputrain_kit import gpu_record
+
+    facts = gpu_record.RECORD["facts"]["growth_before_split"]
+    used, total = facts["after"][0]
+    # the recorded GPU held nothing before the process started: all it holds, the process took
+    child = SimpleNamespace(values={"says": facts["says_growth"], "took": used, "used": used, "total": total})
+    fake_kit = SimpleNamespace(processes=SimpleNamespace(run_child=lambda code, env=None: child))
+    exec(_notebook_cell("1c541d14"), {"GPU": True, "kit": fake_kit})
+    printed = capsys.readouterr().out.strip()
+    assert printed == gpu_record.lines("growth_before_split")[0]
+    assert "On a GPU server it prints one line, of the same form as the H100 record" in " ".join(
+        _notebook_cell("51db955c").split())
+    # and the cell refuses to call dropped growth that held: the CUDA context alone (529 MiB) is no 1024 MiB split
+    child.values.update(took=531, used=531)
+    exec(_notebook_cell("1c541d14"), {"GPU": True, "kit": fake_kit})
+    assert capsys.readouterr().out.strip().endswith("(two 1024 MiB logical GPUs: the growth held)")

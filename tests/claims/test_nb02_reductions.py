@@ -1,0 +1,143 @@
+"""Notebook 02, truth pass 3: which cross-device op really runs each reduction, the multi_gpu_model dates, and the
+band the 1-vs-4-replica timing is printed in. Each TensorFlow claim in a fresh process, under both CPU kernel
+families."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gputrain_kit.training import slowdown_band
+from conftest import last_json, run_python
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "02_data_parallel.ipynb"
+
+RECORD = """
+    import json, gputrain_kit as kit
+    kit.setup(devices=2)
+    import tensorflow as tf
+    from gputrain_kit.parallel import reduction_in_use
+    (x, y), _ = kit.data.digits()
+    base = tf.distribute.CrossDeviceOps
+    methods = (base.reduce, base.batch_reduce)
+    out = {}
+    for name, ops in [("default", None), ("hierarchical", tf.distribute.HierarchicalCopyAllReduce())]:
+        s = tf.distribute.MirroredStrategy(kit.device_names(2), cross_device_ops=ops)
+        with s.scope():
+            m = kit.training.build_digits_model()
+        with kit.training.record_reductions() as log:
+            m.fit(x[:256], y[:256], batch_size=64, epochs=1, verbose=0)
+        with kit.training.record_reductions() as again:         # traced already: only the eager reductions
+            m.fit(x[:256], y[:256], batch_size=64, epochs=1, verbose=0)
+
+        def replica_sums():
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_reduce("SUM", tf.constant(1.0)), ctx.all_reduce("SUM", tf.constant(1))
+
+        with kit.training.record_reductions() as step:
+            total = tf.function(lambda: s.run(replica_sums))()
+        with kit.training.record_reductions() as host:
+            host_sum = s.reduce("SUM", s.run(lambda: tf.constant(2.0)), axis=None)
+        out[name] = {"configured": reduction_in_use(s), "fit": [list(k) + [n] for k, n in log.counts().items()],
+                     "again": [list(k) + [n] for k, n in again.counts().items()],
+                     "step": [list(k) + [n] for k, n in step.counts().items()],
+                     "host": [list(k) + [n] for k, n in host.counts().items()], "host_sum": float(host_sum),
+                     "sums": [float(s.experimental_local_results(t)[0]) for t in total], "table": str(log)}
+    try:
+        with kit.training.record_reductions():
+            raise KeyError("inside")
+    except KeyError:
+        pass
+    out["restored"] = (base.reduce, base.batch_reduce) == methods
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("family", ["1", "0"], ids=["onednn", "eigen"])
+def test_only_float_all_reduces_take_the_configured_op(family):
+    """mirrored_strategy.py: ``_reduce_to`` sends a reduction to a CPU (every one on CPU devices) through
+    ReductionToOneDevice, ``_get_cross_device_ops`` every int32 value; ``_batch_reduce_to`` (all_reduce, the
+    gradients) uses the configured op for float values."""
+    out = last_json(run_python(RECORD, env={"TF_ENABLE_ONEDNN_OPTS": family}))
+    assert out["restored"], "record_reductions must put TensorFlow's methods back, even after an error"
+    for name, op in [("default", "CollectiveAllReduce"), ("hierarchical", "HierarchicalCopyAllReduce")]:
+        r = out[name]
+        assert r["configured"].startswith(op)
+        fit = {(kind, dtype, ran): n for kind, dtype, ran, n in r["fit"]}
+        # the 4 gradients (2 kernels, 2 biases) are all-reduced by the configured op, and nothing else is
+        assert {k: n for k, n in fit.items() if k[0] == "all-reduce"} == {("all-reduce", "float32", op): 4}
+        reduces = {k: n for k, n in fit.items() if k[0] == "reduce"}
+        assert {k[2] for k in reduces} == {"ReductionToOneDevice"}, reduces
+        assert ("reduce", "int32", "ReductionToOneDevice") in reduces        # the labels of the first batch
+        assert reduces[("reduce", "float32", "ReductionToOneDevice")] >= 2   # the inputs, and the metrics' reads
+        assert r["again"] and all(kind == "reduce" and ran == "ReductionToOneDevice"
+                                  for kind, _, ran, _ in r["again"])
+        assert r["step"] == [["all-reduce", "float32", op, 1], ["all-reduce", "int32", "ReductionToOneDevice", 1]]
+        assert r["sums"] == [2.0, 2.0]
+        assert r["host"] == [["reduce", "float32", "ReductionToOneDevice", 1]] and r["host_sum"] == 4.0
+        assert r["table"].splitlines()[0].split()[:3] == ["kind", "dtype", "count"]
+        assert f"all-reduce  float32      4  {op}" in r["table"]
+
+
+def test_record_reductions_tables_and_an_empty_log():
+    from gputrain_kit.training import Reduction, ReductionLog
+
+    log = ReductionLog([Reduction("reduce", "float32", "ReductionToOneDevice")] * 2
+                       + [Reduction("all-reduce", "float32", "CollectiveAllReduce")])
+    assert log.counts() == {("reduce", "float32", "ReductionToOneDevice"): 2,
+                            ("all-reduce", "float32", "CollectiveAllReduce"): 1}
+    assert str(log).splitlines()[1:] == ["reduce      float32      2  ReductionToOneDevice",
+                                         "all-reduce  float32      1  CollectiveAllReduce"]
+    assert str(ReductionLog()) == "no reduction between devices was recorded"
+
+
+def test_slowdown_band_names_each_band_and_refuses_what_is_no_ratio():
+    assert slowdown_band(0.5) == "less time per sample than one"
+    assert slowdown_band(1.0) == slowdown_band(1.49) == "about as long as one"
+    assert slowdown_band(1.5) == slowdown_band(6.7) == "several times as long as one"
+    assert slowdown_band(10) == slowdown_band(15.5) == "more than ten times as long as one"
+    for bad in (0, -1.0, float("nan"), float("inf"), True, "3"):
+        with pytest.raises(ValueError, match="slowdown_band: ratio must be a positive finite number"):
+            slowdown_band(bad)
+
+
+@pytest.mark.timing
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) > 2, reason="the prose's band was measured on 2-core machines")
+@pytest.mark.parametrize("family", ["1", "0"], ids=["onednn", "eigen"])
+def test_four_simulated_replicas_take_several_times_as_long_per_sample(family):
+    """Notebook 02, section 5 (1): on 2 shared cores, 4 replicas at global batch 256 take several times to more
+    than ten times as long per sample as one, never less."""
+    out = last_json(run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=4)
+        from gputrain_kit.training import train_digits
+        one, four = train_digits(1, 256, epochs=2), train_digits(4, 256, epochs=2)
+        print(json.dumps(one.samples_per_s / four.samples_per_s))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": family}))
+    assert slowdown_band(out) in ("several times as long as one", "more than ten times as long as one"), out
+
+
+def test_notebook_02_dates_multi_gpu_model_as_tensorflow_did():
+    """tensorflow/tensorflow#32861 ("Mark tf.keras.utils.multi_gpu_model as deprecated", September 2019: "will be
+    removed after 2020-04-01"); TensorFlow 2.4 (2020) no longer has it. The notebook says so, not "2020"."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    section = next("".join(c["source"]) for c in cells if "".join(c["source"]).startswith("## 1. What `multi_gpu"))
+    text = " ".join(section.split())
+    assert "deprecated in September 2019 (tensorflow/tensorflow pull request #32861" in text
+    assert '"will be removed after 2020-04-01"' in text and "removed it in 2020, in TensorFlow 2.4" in text
+    assert "deprecated it in 2020" not in text
+
+
+def test_notebook_02_prints_what_the_configured_op_sums_and_what_it_does_not():
+    """Where notebook 02 prints ``reduction_in_use``, it says it is the configured op, and shows live which op ran
+    the rest; the timing cell prints its band, and the prose gives the band, not a number."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    sources = ["".join(c["source"]) for c in cells]
+    assert any("(configured: {reduction_in_use(s)})" in s for s in sources)
+    assert any("kit.training.record_reductions() as fit_log" in s for s in sources)
+    assert any("kit.training.slowdown_band(ratio)" in s for s in sources)
+    prose = " ".join(next(s for s in sources if s.startswith("On simulated devices, which share")).split())
+    assert "several times to more than ten times as long per sample as one" in prose
+    assert "up to 10 times" not in prose
