@@ -28,6 +28,10 @@ REASONS: dict[tuple[str, str], str] = {
         "of different sizes: the collision aborts every collective in a process, so not in this kernel",
     ("02", "def one_step(cross_device_ops):"): "two new 2-device models, each traced and then profiled for one "
         "step, for the two timelines",
+    ("02", "s = tf.distribute.MirroredStrategy(kit.device_names(2))"): "a fresh 2-device model's first fit, with "
+        "every reduction recorded, then one traced step: which op ran each reduction shows only in a real fit",
+    ("01", "if report.mode == \"gpu\":"): "a fresh process imports TensorFlow to show that an unsplit CPU is "
+        "refused too",
     ("02", "speed = {}"): "throughput of 2 epochs on 1 and on 4 replicas: the 2018 post's first "
         "conclusion, measured",
     ("02", "for batch in (32, 512):"): "5 epochs at batch 32 (225 steps) and at 512: the accuracy gap needs "
