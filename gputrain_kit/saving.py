@@ -369,8 +369,9 @@ def load_verified(model: Any, path: Any) -> Any:
 
     Refused (LoadError, raised before anything is loaded where the file's contents show it): a variable of the
     model missing from the file or of another shape (``.missing``), variables in the file the model has no
-    place for (``.extra``), optimizer state that does not fit the model's compiled optimizer (another optimizer,
-    or other trainable layers; or a file saved before the first training step loaded into a built optimizer). On refusal every variable of the model and of its optimizer holds its previous
+    place for (``.extra``), optimizer state that does not fit the model's compiled optimizer (another optimizer
+    with other variables, or other trainable layers; or a file saved before the first training step loaded into
+    a built optimizer). On refusal every variable of the model and of its optimizer holds its previous
     value; an optimizer built for the load stays built, with its initial values (step 0), as ``fit`` would
     have built it.
 
@@ -381,8 +382,9 @@ def load_verified(model: Any, path: Any) -> Any:
 
     Not checked: that the file comes from the same architecture. Variables are matched by the layer's class
     and occurrence (``layers/dense_1``), never by name, so layers renamed, or reordered among classes with the
-    same shapes, load without complaint (notebook 04, section 2). NaN/inf loaded gives a NonFiniteWarning,
-    not an error. Compiled metrics are not in the file.
+    same shapes, load without complaint (notebook 04, section 2). Nor the optimizer's class: its state is
+    matched by the number and shapes of its variables, so Adam's state loads into AdamW (the same slots).
+    NaN/inf loaded gives a NonFiniteWarning, not an error. Compiled metrics are not in the file.
 
     To compare the file with the model before loading, it writes the model's own weights file once to a
     temporary folder (twice when it builds the optimizer): a load costs about one save more.
