@@ -1,10 +1,13 @@
 """Device-parallel branches: one shared LSTM encodes two inputs, one branch per device.
 
 The model of DumpDoctorWang's CSDN post "Multi-GPU training in Keras and weights that load without
-effect" (2018). Built two ways. ``construction_time_placement`` is what that post and the 2018 Q&A
+effect" (2018). Built two ways. ``construction_time_placement`` is what that post and the Q&A
 thread about InceptionV3 on 12 GB GPUs did: ``tf.device`` around layer calls while building a
-functional model. ``PlacedBranches`` puts ``tf.device`` inside
-``call()``, which is what actually pins the computation in Keras 3.
+functional model: that places the variables (the layers are built eagerly, on symbolic inputs), not the
+computation. ``PlacedBranches`` puts ``tf.device`` inside ``call()``, which is what pins the computation in
+Keras 3; its variables are not placed, since Keras builds a subclassed model without a ``build()`` by
+tracing ``call()`` inside a ``StatelessScope`` and creates the variables when that scope exits, outside every
+device scope (notebook 03, section 3).
 """
 from __future__ import annotations
 
@@ -59,7 +62,11 @@ def _make_class():
     import tensorflow as tf
 
     class PlacedBranches(keras.Model):
-        """Two branches, each pinned to its device inside call(); merged on ``merge_device``."""
+        """Two branches, each pinned to its device inside call(); merged on ``merge_device``.
+
+        The work is placed, the variables are not: built by tracing ``call()``, the shared LSTM and the
+        classifier get the default device. Sharing one LSTM, the branches divide the work, never the weights.
+        """
 
         def __init__(self, devices: Sequence[str], merge_device: str = "/cpu:0", units: int = 16, **kwargs):
             super().__init__(**kwargs)

@@ -29,7 +29,7 @@ def test_construction_time_placement_pins_variables_not_computation_and_call_pla
         print(json.dumps({"built_vars": variable_devices(built), "built_ops": traced_op_devices(built, spec, spec),
                           "built_eager": short_device(built([rv[:4], cv[:4]]).device),
                           "placed_ops": traced_op_devices(p, spec, spec), "where": p.where([rv[:4], cv[:4]]),
-                          "acc": h.history["val_accuracy"][-1]}))
+                          "placed_vars": variable_devices(p), "acc": h.history["val_accuracy"][-1]}))
     """)
     out = last_json(proc)
     assert out["built_vars"]["classifier/kernel"] == ["CPU:3"]             # the scopes placed the variables
@@ -40,6 +40,8 @@ def test_construction_time_placement_pins_variables_not_computation_and_call_pla
     assert ops.get("/device:CPU:1", 0) > 10 and ops.get("/device:CPU:2", 0) > 10 and ops.get("/device:CPU:0", 0) > 0
     assert out["where"] == {"branch 1": "CPU:1", "branch 2": "CPU:2", "merge": "CPU:0"}
     assert out["acc"] > 0.5
+    # section 3: the work is placed, the variables are not: built by tracing call(), all on the default device
+    assert len(out["placed_vars"]) == 5 and all(d == ["CPU:0"] for d in out["placed_vars"].values())
 
 
 def test_graph_mode_keeps_the_device_scope_an_op_was_built_in():
@@ -83,6 +85,157 @@ def test_mirrored_strategy_keeps_the_whole_model_state_on_every_device():
     # with the batch, activations and temporaries, are both counted
     assert out["gradients"] == out["trainable"] and min(out["batch_parts"]) > 0
 
+
+
+_TWO_STAGES = """
+    import json, gputrain_kit as kit
+    kit.setup(devices=4)
+    import tensorflow as tf, keras
+    from gputrain_kit.placement import short_device
+    from gputrain_kit.branches import traced_op_devices
+    d = kit.device_names(4)
+    (x, y), _ = kit.data.digits()
+
+    class TwoStages(keras.Model):
+        def __init__(self, devices, **kwargs):
+            super().__init__(**kwargs)
+            self.stage_devices = list(devices)
+            self.stages = [keras.Sequential([keras.layers.Dense(64, activation="relu"),
+                                             keras.layers.Dense(64, activation="relu")], name="stage_1"),
+                           keras.Sequential([keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)],
+                                            name="stage_2")]
+        def call(self, x):
+            for device, stage in zip(self.stage_devices, self.stages):
+                with tf.device(device):
+                    x = stage(x)
+            return x
+
+    class PlacedStages(TwoStages):
+        def build(self, input_shape):
+            for device, stage in zip(self.stage_devices, self.stages):
+                with tf.device(device):
+                    stage.build(input_shape)
+                input_shape = stage.compute_output_shape(input_shape)
+
+    class Outer(keras.Model):
+        def __init__(self, inner, **kwargs):
+            super().__init__(**kwargs)
+            self.inner = inner
+        def call(self, x):
+            return self.inner(x)
+
+    def train(model, build_optimizer=False):
+        model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        if build_optimizer:
+            model.optimizer.build(model.trainable_variables)
+        model.fit(x, y, batch_size=64, epochs=1, verbose=0)
+        return model
+
+    def state_bytes(model):
+        held = {}
+        for v in model.weights + [s for s in model.optimizer.variables if len(s.shape) > 0]:
+            held[short_device(v.value.device)] = held.get(short_device(v.value.device), 0) + v.value.numpy().nbytes
+        return dict(sorted(held.items()))
+
+    def stage_of(model):
+        stages = model.inner.stages if isinstance(model, Outer) else model.stages
+        return {s.name: sorted({short_device(v.value.device) for v in s.weights}) for s in stages}
+"""
+
+
+@pytest.mark.parametrize("family", ["onednn", "eigen"])
+def test_a_scope_inside_call_places_the_work_not_the_variables_and_an_eager_build_places_both(family):
+    """Notebook 03, section 3: a subclassed model whose call() runs each stage under its device computes there,
+    but Keras builds it by tracing call() inside a StatelessScope, so every variable, and every Adam slot that
+    fit creates, lands on the default device. A build() that builds each stage under its device, called eagerly,
+    places the variables; the optimizer built eagerly before fit puts each slot beside its variable. Nested in a
+    subclassed model without build(), the same build() runs inside the outer StatelessScope: the trap again."""
+    proc = run_python(_TWO_STAGES + """
+    from keras.src.backend.common.stateless_scope import StatelessScope
+    out = {}
+    dense = keras.layers.Dense(8)
+    with StatelessScope():
+        with tf.device(d[2]):
+            dense.build((None, 4))
+        out["created_inside"] = dense.kernel._value is not None
+    out["created_on"] = short_device(dense.kernel.value.device)
+    trapped = train(TwoStages(d[1:3]))
+    out["trap_ops"] = traced_op_devices(trapped, tf.TensorSpec((None, 64), tf.float32))
+    out["trap"] = state_bytes(trapped)
+    for build_optimizer in (False, True):
+        m = PlacedStages(d[1:3]); m.build((None, 64))
+        out[f"fixed_{build_optimizer}"] = state_bytes(train(m, build_optimizer=build_optimizer))
+        out[f"fixed_stages_{build_optimizer}"] = stage_of(m)
+    nested = train(Outer(PlacedStages(d[1:3])))
+    out["nested"] = stage_of(nested)
+    inner = PlacedStages(d[1:3]); inner.build((None, 64))
+    out["nested_built"] = stage_of(train(Outer(inner)))
+    inp = keras.Input((64,))                                   # section 1's way: built eagerly, on symbolic inputs
+    with tf.device(d[1]):
+        h = keras.layers.Dense(64)(inp)
+    with tf.device(d[2]):
+        o = keras.layers.Dense(10)(h)
+    out["functional"] = state_bytes(train(keras.Model(inp, o)))
+    with tf.device(d[1]):                                      # section 5's stages: Sequential with Input
+        seq = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64)])
+    out["sequential"] = sorted({short_device(v.value.device) for v in seq.weights})
+    print(json.dumps(out))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
+    out = last_json(proc)
+    assert out["created_inside"] is False and out["created_on"] == "CPU:0"           # deferred, then default device
+    ops = out["trap_ops"]
+    assert ops.get("/device:CPU:1", 0) > 0 and ops.get("/device:CPU:2", 0) > 0        # the work is placed...
+    params_1, params_2 = 2 * (64 * 64 + 64) * 4, (64 * 64 + 64 + 64 * 10 + 10) * 4
+    assert out["trap"] == {"CPU:0": 3 * (params_1 + params_2)}                        # ...the state is not
+    assert out["fixed_stages_False"] == out["fixed_stages_True"] == {"stage_1": ["CPU:1"], "stage_2": ["CPU:2"]}
+    # optimizer left to fit: Adam's two slots per variable, two thirds of the bytes, on the default device
+    assert out["fixed_False"] == {"CPU:0": 2 * (params_1 + params_2), "CPU:1": params_1, "CPU:2": params_2}
+    assert out["fixed_True"] == {"CPU:1": 3 * params_1, "CPU:2": 3 * params_2}        # divided, nothing on CPU:0
+    assert out["nested"] == {"stage_1": ["CPU:0"], "stage_2": ["CPU:0"]}
+    assert out["nested_built"] == {"stage_1": ["CPU:1"], "stage_2": ["CPU:2"]}
+    # a functional model's variables follow its scopes, but fit still puts Adam's slots on the default device
+    f1, f2 = (64 * 64 + 64) * 4, (64 * 10 + 10) * 4
+    assert out["functional"] == {"CPU:0": 2 * (f1 + f2), "CPU:1": f1, "CPU:2": f2}
+    assert out["sequential"] == ["CPU:1"]
+
+
+def test_the_keras_sources_the_notebook_cites_do_what_it_says():
+    """Notebook 03, section 3 names where Keras defers variables and colocates slots: those places still do it."""
+    import inspect
+
+    from keras.src.backend.common import stateless_scope
+    from keras.src.backend.tensorflow import core, optimizer
+    from keras.src.layers import layer
+
+    assert "backend.compute_output_spec(" in inspect.getsource(layer.Layer._maybe_build)
+    assert "with StatelessScope()" in inspect.getsource(core.compute_output_spec)
+    assert "initialize_all_variables()" in inspect.getsource(stateless_scope.StatelessScope.__exit__)
+    assert "colocate_vars_with" in inspect.getsource(optimizer.TFOptimizer.add_variable_from_reference)
+
+
+def test_the_prose_says_which_data_parallelism_and_which_versions():
+    """Notebook 03, section 4: 'never divides the model state' is said of MirroredStrategy, with sharded data
+    parallelism named as what does divide it (notebook 08 models ZeRO, notebook 09 runs Keras's sharding); the
+    thread's diagnosis is given for TensorFlow 2 and, apart, for Keras 2 on TensorFlow 1's graphs; the rule of
+    section 3 says variables follow eager builds."""
+    import json
+    from pathlib import Path
+
+    prose = _nb03_prose()
+    assert "Data parallelism never divides" not in prose
+    for quoted in ("Data parallelism as `MirroredStrategy` does it, every replica a full copy, never divides the "
+                   "model state", "Sharded data parallelism does divide it",
+                   "On TensorFlow 2 with Keras 3, scopes around Inception blocks",
+                   "On Keras 2 with TensorFlow 1's graphs, the Keras of 2018, each scope placed its work as well",
+                   "A `tf.device` scope places a layer's *variables* where the layer is built eagerly",
+                   "neither a speed-up nor its absence can be read from them",
+                   "A single doubling from 4 to 8 is not checked"):
+        assert quoted in prose, quoted
+    assert "within 0.1" not in prose
+    nb08 = " ".join("".join(c["source"]) for c in json.loads((Path(__file__).resolve().parents[2] / "notebooks" /
+                                                              "08_memory_levers.ipynb").read_text())["cells"])
+    assert "ZeRO" in nb08 and "FSDP" in nb08
 
 
 def _nb03_prose() -> str:
@@ -271,10 +424,13 @@ def test_estimate_against_the_allocator_bands_hold_under_both_kernel_families(fa
 
 @pytest.mark.timing      # shares of measured time: run alone, after the parallel tests (`make unit`)
 @pytest.mark.parametrize("family", ["onednn", "eigen"])
-def test_micro_batches_shrink_the_bubble_as_gpipes_formula_says(family):
-    """Notebook 03 section 6: the idle share falls with every doubling of the micro-batches and stays within 0.1
-    of (S-1)/(M+S-1), the median of five recordings (three flipped 4 and 8 micro-batches once under oneDNN on a
-    Zen 3); here also with stages of another width and depth."""
+def test_micro_batches_shrink_the_idle_share_on_simulated_devices(family):
+    """Notebook 03 section 5, the verdicts it prints: one micro-batch leaves the devices idle half the time, as
+    (S-1)/(M+S-1) says, and more micro-batches leave them idle less (the median of five recordings each), with
+    stages of two widths and depths; the same work keeps the devices busy longer as 8
+    overlapping micro-batches than in one piece (the prose's reason the share can fall below the formula). Not
+    tested, because the notebook does not claim it: that the shares track the formula (they land on both sides
+    of it, 8 micro-batches from 8% to 29% against 11% in the runs of issue 44) or any speed-up."""
     proc = run_python("""
         import json, gputrain_kit as kit
         kit.setup(devices=2)
@@ -302,7 +458,7 @@ def test_micro_batches_shrink_the_bubble_as_gpipes_formula_says(family):
                         outs.append(o)
                     return tf.concat(outs, axis=0)
                 return step
-            shares = []
+            shares, busy = [], []
             for m in (1, 2, 4, 8):
                 step = pipelined(m)
                 step(batch)
@@ -310,13 +466,19 @@ def test_micro_batches_shrink_the_bubble_as_gpipes_formula_says(family):
                 for _ in range(5):
                     with kit.device_activity([d1, d2]) as a:
                         step(batch).numpy()
-                    runs.append(a.idle_fraction())
-                shares.append(sorted(runs)[2])
-            out[f"{width}x{depth}"] = shares
+                    runs.append((a.idle_fraction(), sum(a.busy.values())))
+                share, seconds = sorted(runs)[2]
+                shares.append(share)
+                busy.append(seconds)
+            out[f"{width}x{depth}"] = {"shares": shares, "busy": busy}
         print(json.dumps(out))
     """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
     from gputrain_kit.pipeline import bubble_fraction
 
-    for name, shares in last_json(proc).items():
-        assert all(later < earlier for earlier, later in zip(shares, shares[1:])), (name, shares)
-        assert all(abs(s - bubble_fraction(2, m)) <= 0.1 for s, m in zip(shares, (1, 2, 4, 8))), (name, shares)
+    for name, got in last_json(proc).items():
+        shares, busy = got["shares"], got["busy"]
+        assert abs(shares[0] - bubble_fraction(2, 1)) < 0.05, (name, shares)
+        # fewer idle with 2, 4 or 8 micro-batches than with 1, and with 8 than with 2; not 4 against 8: with two
+        # busy loops on the cores the median of five swapped them in 2 of 10 runs of this test (0.169, 0.182)
+        assert max(shares[1:]) < shares[0] and shares[3] < shares[1], (name, shares)
+        assert busy[3] > busy[0], (name, busy)
