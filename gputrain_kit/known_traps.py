@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .versions import version_tuple  # one reading of a version string, for the traps, the doctor and the range
+
 __all__ = ["Trap", "TRAPS", "traps_for", "installed_keras", "version_tuple"]
 
 Version = tuple[int, ...]
@@ -48,15 +50,6 @@ class Trap:
         if self.fixed_in is None:
             return f"Keras {_text(self.since)} and later"
         return f"Keras {_text(self.since)} to {_text(self.fixed_in)} (not included)"
-
-
-def version_tuple(text: str) -> Version:
-    """A version string as numbers, e.g. "3.10.0rc1" -> (3, 10, 0): the doctor compares versions with it too."""
-    parts = []
-    for piece in text.split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
 
 
 def _text(version: Version | None) -> str:

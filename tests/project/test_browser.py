@@ -48,14 +48,19 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def browser_ready():
+def require_chromium(what: str) -> None:
+    """Skip, naming what was not checked, where Chromium or Playwright is missing; under CI=true, fail."""
     reason = _missing()
     if reason:
-        message = f"BROWSER TEST NOT RUN: {reason}. The widgets were not checked in a real browser."
+        message = f"{what} NOT RUN: {reason}."
         if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
             pytest.fail(message + " Under CI=true this is a failure: .ci/run installs Chromium.")
         pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def browser_ready():
+    require_chromium("BROWSER TEST (the widgets were not checked in a real browser)")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     version = subprocess.run([CHROMIUM, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
     (ARTIFACTS / "chromium-version.txt").write_text(version + "\n")

@@ -21,7 +21,7 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "tests" / "project"))
-from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS, _missing  # noqa: E402
+from test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_FLAGS, require_chromium  # noqa: E402
 
 SITE = ROOT / "build" / "site-test"
 
@@ -98,12 +98,7 @@ def test_the_glossary_links_of_every_notebook_land_on_its_entries(site):
 
 @pytest.fixture(scope="module")
 def served(site):
-    reason = _missing()
-    if reason:
-        message = f"SITE BROWSER TEST NOT RUN: {reason}."
-        if os.environ.get("CI", "").lower() in ("true", "1", "yes"):
-            pytest.fail(message + " Under CI=true this is a failure: .ci/run installs Chromium.")
-        pytest.skip(message)
+    require_chromium("SITE BROWSER TEST")
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args):
