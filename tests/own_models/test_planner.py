@@ -33,16 +33,54 @@ MEASURE = """
 """
 
 
-@pytest.mark.parametrize("family", ["onednn", "eigen"])
-def test_estimate_within_1_5x_of_the_allocator(family):
+FAMILIES = ("onednn", "eigen")
+NAMES = ["gpt_causal", "gpt_dropout", "cnn_bn", "lstm", "vit", "subclassed"]
+
+
+@pytest.fixture(scope="module")
+def measured() -> dict[str, dict[str, list[int]]]:
+    """Per kernel family, "<model> <precision>" -> [allocator peak, estimate], each family in a fresh process."""
+    out = {}
+    for family in FAMILIES:
+        proc = run_python(f"NAMES = {NAMES!r}; FAMILY = {family!r}\n" + MEASURE.replace("\n    ", "\n"), timeout=1500)
+        out[family] = last_json(proc)
+    return out
+
+
+def outside(family: str, measured: dict[str, dict[str, list[int]]]) -> dict[str, float]:
+    """The rows of ``family`` whose peak is not within RATIO of the estimate, either way, unless the two kernel
+    families themselves differ by more than RATIO on that row and the estimate lies between them (a conv net with
+    BatchNorm: Eigen unfolds patches for the convolution's gradients and keeps the composed normalization's
+    intermediates, oneDNN far less; its peak also moves with how the two cores interleave the ops: docs/memory.md)."""
+    other = measured[FAMILIES[1 - FAMILIES.index(family)]]
+    off = {}
+    for key, (m, e) in measured[family].items():
+        if 1 / RATIO <= m / e <= RATIO:
+            continue
+        if key in other:
+            low, high = sorted((m, other[key][0]))
+            if high / low > RATIO and low <= e <= high:
+                continue
+        off[key] = round(m / e, 2)
+    return off
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_estimate_within_1_5x_of_the_allocator(family, measured):
     """Float32 on every CPU; mixed_bfloat16 where this CPU's family runs bf16 in oneDNN kernels (elsewhere bf16 is
     emulated in float32 and the CPU's step holds more than a GPU's: docs/memory.md)."""
-    names = ["gpt_causal", "gpt_dropout", "cnn_bn", "lstm", "vit", "subclassed"]
-    proc = run_python(f"NAMES = {names!r}; FAMILY = {family!r}\n" + MEASURE.replace("\n    ", "\n"), timeout=1500)
-    out = last_json(proc)
-    assert len(out) >= len(names)
-    off = {k: round(m / e, 2) for k, (m, e) in out.items() if not 1 / RATIO <= m / e <= RATIO}
+    assert len(measured[family]) >= len(NAMES)
+    off = outside(family, measured)
     assert not off, f"measured / estimate outside 1/{RATIO}..{RATIO} under {family}: {off}"
+
+
+def test_the_families_exception_is_narrow():
+    """The exception for rows the families disagree on holds only where they do, and only between them."""
+    rows = {"onednn": {"a float32": [44, 66], "b float32": [60, 100], "c float32": [20, 66], "d float32": [70, 66],
+                       "e mixed_bfloat16": [43, 66]},
+            "eigen": {"a float32": [88, 66], "b float32": [64, 100], "c float32": [40, 66], "d float32": [100, 66]}}
+    assert outside("onednn", rows) == {"b float32": 0.6, "c float32": 0.3, "e mixed_bfloat16": 0.65}
+    assert outside("eigen", rows) == {"b float32": 0.64, "c float32": 0.61, "d float32": 1.52}
 
 
 def test_gpt_small_against_the_h200_record():
