@@ -3,8 +3,9 @@
 nbval compares text and cannot render a widget. This test starts `jupyter lab` from this
 environment on 127.0.0.1 (a free port, a random token) over a *copy* of the notebooks
 (JupyterLab autosaves, and the committed outputs must stay the executor's), opens notebook
-02, runs every cell, checks that the explorer rendered as a real widget, moves its replica
-slider, presses Run and waits for the new row. Then notebook 05's split explorer.
+02's setup and explorer cells (``WIDGET_NOTEBOOKS``: nbval runs every cell), runs them, checks
+that the explorer rendered as a real widget, moves its replica slider, presses Run and waits
+for the new row. Then notebook 05's split explorer. `make screenshots` runs every notebook whole.
 
 Chromium comes from Debian (`apt-get install chromium`; `.ci/run` installs it) and is
 driven by Python Playwright with ``executable_path``, because Playwright's own browser
@@ -114,6 +115,26 @@ def _shutdown_kernels(base: str, token: str) -> None:
         urllib.request.urlopen(delete, timeout=30).close()
 
 
+#: notebook -> the explorer its widget test drives. nbval runs every cell of every notebook; here a copy keeps the
+#: cells up to the setup cell (the platform cell and `kit.setup()`) and the explorer's own cell, which needs only `kit`,
+#: so the widget is tested where learners meet it without training the whole notebook again (minutes on 2 cores).
+WIDGET_NOTEBOOKS = {"02_data_parallel.ipynb": "ScalingExplorer(", "05_batchnorm_nan.ipynb": "SplitExplorer("}
+
+
+def _widget_notebook(path: Path, explorer: str) -> Path:
+    """Beside ``path``, a copy with its cells up to ``kit.setup(`` and the first code cell that calls ``explorer``
+    (named ``<stem>.widget.ipynb``): refused if either is missing, so a renamed explorer fails here, not silently."""
+    nb = json.loads(path.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    setup = next((i for i, c in enumerate(code) if "kit.setup(" in "".join(c["source"])), None)
+    widget = next((c for c in code if explorer in "".join(c["source"])), None)
+    assert setup is not None and widget is not None, f"{path.name}: no setup cell or no {explorer} cell"
+    nb["cells"] = code[:setup + 1] + [widget]
+    target = path.with_name(path.stem + ".widget.ipynb")
+    target.write_text(json.dumps(nb))
+    return target
+
+
 @pytest.fixture(scope="module")
 def lab(browser_ready, tmp_path_factory):
     """A JupyterLab server over a copy of notebooks/; shut down on every path."""
@@ -122,6 +143,8 @@ def lab(browser_ready, tmp_path_factory):
     home = tmp_path_factory.mktemp("lab")
     notebooks = home / "notebooks"
     shutil.copytree(ROOT / "notebooks", notebooks, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    for name, explorer in WIDGET_NOTEBOOKS.items():
+        _widget_notebook(notebooks / name, explorer)
     settings = home / "settings" / "@jupyterlab" / "notebook-extension"
     settings.mkdir(parents=True)
     # Render every cell (no windowing), so the DOM holds every output; no autosave of the copy.
@@ -290,7 +313,7 @@ def _run_and_find_slider(page, lab, notebook: str, label: str, shot: str):
 
 def test_notebook_02_explorer_renders_and_runs(browser, lab):
     with _notebook_page(browser, lab, "02") as page:
-        slider = _run_and_find_slider(page, lab, "02_data_parallel.ipynb", "replicas", "02")
+        slider = _run_and_find_slider(page, lab, "02_data_parallel.widget.ipynb", "replicas", "02")
         assert slider.locator(".noUi-handle, .slider-handle, [role=slider]").count() >= 1
         readout = slider.locator(".widget-readout")
         before = int(readout.inner_text())
@@ -316,7 +339,7 @@ def test_notebook_02_explorer_renders_and_runs(browser, lab):
 
 def test_notebook_05_split_explorer_renders(browser, lab):
     with _notebook_page(browser, lab, "05") as page:
-        slider = _run_and_find_slider(page, lab, "05_batchnorm_nan.ipynb", "global batch", "05")
+        slider = _run_and_find_slider(page, lab, "05_batchnorm_nan.widget.ipynb", "global batch", "05")
         explorer = _panel(page).locator(".widget-vbox", has=_slider_in(page, "global batch")).last
         # The kernel-drawn part: the HTML with the steps, not the slider's own readout.
         drawn = explorer.locator(".widget-html", has_text="step(s) per epoch").first
