@@ -90,15 +90,25 @@ def tf_config(workers: Sequence[str], index: int) -> str:
 
 
 # --------------------------------------------------------------------------- inside a worker
+_TASK_TYPES = ("chief", "worker", "evaluator", "ps")     # what TensorFlow's multi_worker_util allows
+
+
 @dataclass(frozen=True)
 class WorkerTask:
-    """Which worker this process is: ``index`` of ``count``; worker 0 is the chief."""
+    """Which task this process is: ``index`` of ``count`` tasks of its ``type`` (``"worker"`` in this course's
+    clusters, or TensorFlow's ``"chief"``, ``"evaluator"``, ``"ps"``)."""
     index: int
     count: int
+    type: str = "worker"
+    has_chief_task: bool = False      # the cluster has a "chief" job
 
     @property
     def is_chief(self) -> bool:
-        return self.index == 0
+        """TensorFlow's rule (``multi_worker_util.is_chief``): the ``"chief"`` task where the cluster has one,
+        otherwise worker 0; an ``"evaluator"`` is its own chief too (it runs outside the training cluster)."""
+        if self.type in ("chief", "evaluator"):
+            return True
+        return self.type == "worker" and self.index == 0 and not self.has_chief_task
 
 
 def worker_task() -> WorkerTask:
@@ -108,21 +118,35 @@ def worker_task() -> WorkerTask:
         return WorkerTask(0, 1)
     try:
         config = json.loads(raw)
-        return WorkerTask(int(config["task"]["index"]), len(config["cluster"]["worker"]))
-    except (ValueError, KeyError, TypeError) as err:
+        cluster = config["cluster"]
+        kind = str(config["task"]["type"])
+        index = int(config["task"]["index"])
+        jobs = {name: list(addresses) for name, addresses in cluster.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise ValueError(f"worker_task: TF_CONFIG is not valid ({err}): {raw[:200]!r}") from err
+    if kind not in _TASK_TYPES:
+        raise ValueError(f"worker_task: TF_CONFIG's task type is {kind!r}; TensorFlow allows {list(_TASK_TYPES)}.")
+    if kind not in jobs and kind != "evaluator":     # TensorFlow lets the evaluator be missing from the cluster
+        raise ValueError(f"worker_task: TF_CONFIG's task type {kind!r} is not a job of its cluster "
+                         f"({sorted(jobs)}): {raw[:200]!r}")
+    count = len(jobs.get(kind, [])) or 1
+    if not 0 <= index < count:
+        raise ValueError(f"worker_task: TF_CONFIG's task index {index} is outside its {count} {kind!r} task(s).")
+    return WorkerTask(index, count, kind, "chief" in jobs)
 
 
 def chief_or_scratch_dir(path: str | os.PathLike) -> str:
     """Where this worker should write a checkpoint: ``path`` on the chief, a scratch folder elsewhere.
 
-    With MultiWorkerMirroredStrategy every worker must take part in saving, but only
-    the chief's copy is kept; the others write to a throw-away directory.
+    With MultiWorkerMirroredStrategy every worker must take part in saving, but only the chief's copy is
+    kept; the others write to a throw-away directory. The chief is TensorFlow's (``WorkerTask.is_chief``):
+    the ``"chief"`` task where the cluster has one, else worker 0. An evaluator, chief of nothing but itself,
+    reads the training's checkpoints and gets a scratch folder as well, so that one process writes ``path``.
     """
     task = worker_task()
-    if task.is_chief:
+    if task.is_chief and task.type != "evaluator":
         return os.fspath(path)
-    return tempfile.mkdtemp(prefix=f"gputrain-worker{task.index}-")
+    return tempfile.mkdtemp(prefix=f"gputrain-{task.type}{task.index}-")
 
 
 def listening_sockets() -> list[tuple[str, int]]:

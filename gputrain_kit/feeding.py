@@ -5,6 +5,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from ._args import ArgumentTypeError, require_int, short, typed
+
 __all__ = ["StepTimes", "measure_steps", "standardize_python", "standardize_tf",
            "fast_tf_pipeline"]
 
@@ -21,19 +23,56 @@ class StepTimes:
         return sum(self.wait_s) / total if total else 0.0
 
 
+_EXPECTED = ("a tf.data.Dataset of batched (x, y) pairs, e.g. "
+             "tf.data.Dataset.from_tensor_slices((x, y)).batch(64)")
+
+
+def _check_dataset(func: str, model: Any, dataset: Any) -> None:
+    """Refuse, before any step, what is not a dataset of batched (x, y) pairs for ``model``."""
+    if not callable(getattr(model, "train_on_batch", None)):
+        raise ArgumentTypeError(f"{func}: model must be a Keras model (it needs train_on_batch), got {typed(model)}.")
+    spec = getattr(dataset, "element_spec", None)
+    if spec is None or not callable(getattr(dataset, "repeat", None)):
+        raise ArgumentTypeError(f"{func}: dataset must be {_EXPECTED}; got {typed(dataset)}.")
+    if not isinstance(spec, tuple) or len(spec) != 2:
+        got = f"elements of {len(spec)} parts" if isinstance(spec, tuple) else "single tensors, not pairs"
+        raise ValueError(f"{func}: dataset must be {_EXPECTED}; its elements are {got} ({short(spec)}). "
+                         "Map it to (x, y) first, e.g. .map(lambda x, y, w: (x, y)).")
+    inputs = getattr(model, "inputs", None)
+    shape = getattr(spec[0], "shape", None)
+    if inputs and shape is not None and shape.rank is not None and len(inputs[0].shape) != shape.rank:
+        raise ValueError(f"{func}: the dataset's x has shape {tuple(shape)}, the model takes "
+                         f"{tuple(inputs[0].shape)} (batch first): is it unbatched? Call .batch(64) on it.")
+
+
 def measure_steps(model: Any, dataset: Any, steps: int = 20, warmup: int = 2) -> StepTimes:
-    """Run ``steps`` training steps by hand, timing ``next(iterator)`` and ``train_on_batch`` separately."""
-    if steps < 1 or warmup < 0:
-        raise ValueError(f"measure_steps: steps must be >= 1 and warmup >= 0, got {steps}, {warmup}.")
+    """Run ``steps`` training steps by hand, timing ``next(iterator)`` and ``train_on_batch`` separately.
+
+    ``dataset``: a ``tf.data.Dataset`` of batched ``(x, y)`` pairs (repeated as needed); ``warmup`` steps run
+    first, untimed (the first traces the step)."""
+    func = "measure_steps"
+    steps = require_int(func, "steps", steps, minimum=1)
+    warmup = require_int(func, "warmup", warmup, minimum=0)
+    _check_dataset(func, model, dataset)
     iterator = iter(dataset.repeat())
+    t0 = time.perf_counter()
+    try:
+        pending = [next(iterator)]       # the first batch, taken here to refuse an empty dataset
+    except StopIteration:
+        raise ValueError(f"{func}: the dataset gave no batch (it is empty); pass {_EXPECTED}.") from None
+    first_wait = time.perf_counter() - t0
     for _ in range(warmup):
-        x, y = next(iterator)
+        x, y = pending.pop() if pending else next(iterator)
         model.train_on_batch(x, y)
     waits, computes = [], []
     for _ in range(steps):
         t0 = time.perf_counter()
-        x, y = next(iterator)
-        t1 = time.perf_counter()
+        if pending:                      # warmup=0: the first batch was fetched above, in first_wait
+            x, y = pending.pop()
+            t1, t0 = time.perf_counter(), time.perf_counter() - first_wait
+        else:
+            x, y = next(iterator)
+            t1 = time.perf_counter()
         model.train_on_batch(x, y)
         t2 = time.perf_counter()
         waits.append(t1 - t0)

@@ -29,9 +29,11 @@ On Linux the workers are forked from one process that imported TensorFlow once
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +43,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FunctionType, ModuleType
 from typing import Any, Callable, Mapping, Sequence
 
 from ._args import require_bool, require_int, short
@@ -48,7 +51,7 @@ from .cluster import WorkerTask, chief_or_scratch_dir, free_ports, running, tf_c
 from .cluster import _HOST, _port_is_free
 from .netns import PrivateNetwork, start_private_network, worker_command
 from ._children.protocol import parse, report
-from .processes import child_environment, function_source
+from .processes import _GIVEN, child_environment, function_with_helpers
 from ._zygote import ZygoteError, shared_zygote
 
 __all__ = ["launch_local_workers", "WorkerResult", "LocalRun", "WorkerError", "WorkerFailed",
@@ -150,10 +153,22 @@ class LocalRun:
 # --------------------------------------------------------------------------- the launcher
 def _payload(func: str, target: Any, args: Sequence[str], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     if callable(target):
-        source = function_source(
+        # Its source, with what it uses from its module (the functions and classes of other cells, plain
+        # constants) shipped, and anything else refused here, before a worker starts and fails on a NameError.
+        if inspect.isfunction(target) and "report" in target.__globals__:
+            # a worker finds the kit's report() without asking; a module's own `report` (a notebook's is
+            # setup()'s report) is not the one it calls there, so it is neither shipped nor refused
+            shown = {k: v for k, v in target.__globals__.items() if k != "report"}
+            target = FunctionType(target.__code__, shown, target.__name__, target.__defaults__, target.__closure__)
+        source = function_with_helpers(
             func, target, what="pass a function defined with `def` (or a script path)",
             closure_fix="Workers are new processes that receive the function's source only: define it at the "
                         "top level, import what it needs inside it, and pass values as kwargs=...")
+        given = sorted(name for name in _GIVEN if isinstance(target.__globals__.get(name), ModuleType)
+                       and re.search(rf"\b{name}\b", source))
+        if given:          # np, tf, keras of the module (its helpers' too): imported in the worker as here,
+            # after the function (read when it runs), so that its tracebacks keep their line numbers
+            source += "".join(f"\nimport {target.__globals__[name].__name__} as {name}" for name in given)
         name = target.__name__
         try:
             json.dumps(dict(kwargs))
@@ -218,10 +233,13 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
     """Start ``workers`` processes that form one TensorFlow cluster on 127.0.0.1; return their results.
 
     - ``script_or_function``: a ``.py`` script (run as ``__main__`` with ``args``) or a top-level
-      function (its source is sent; it is called with ``kwargs`` and its return value comes back).
+      function (its source is sent, with the functions, classes and constants of its module that it uses;
+      anything else of its module it uses is refused before a worker starts; it is called with ``kwargs``
+      and its return value comes back).
     - Each worker gets ``TF_CONFIG`` with the whole cluster and its own index.
     - ``hide_gpus=True`` sets ``CUDA_VISIBLE_DEVICES=""`` in the workers (several processes on one
-      GPU would each grab its memory); with False each worker gets memory growth.
+      GPU would each grab its memory). With False every worker sees every GPU of this machine (``env``
+      goes to all of them alike), each with memory growth; nothing gives each worker its own GPU.
     - ``ports``: fixed ports (checked free first); by default free ones are picked.
     - ``log="stream"`` prints every line as ``[worker i] ...`` while they run; a callable
       ``log(index, line)`` receives them instead; None keeps them (in the results) without printing.

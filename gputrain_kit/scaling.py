@@ -29,7 +29,7 @@ hide behind; the model ignores it, so its 100% is never reached.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ._args import require_int, require_number, short
 
@@ -56,6 +56,7 @@ class Link:
     bandwidth: float   # bytes/s per direction, used as the all-reduce's bus bandwidth (NCCL's busbw)
     latency: float     # seconds per message
     basis: str = ""
+    max_gpus: int | None = None   # a link inside one server joins at most that server's GPUs; None: between servers
 
 
 #: The explorer's links. Only the PCIe entry is an effective rate; the others are line rates or, for NVLink,
@@ -64,11 +65,11 @@ LINKS = {
     "PCIe 3.0 x16 (one server)": Link(
         "PCIe 3.0 x16, effective rate", 12e9, 10e-6,
         "effective rate of one x16 slot (about 12 of its 15.75 GB/s line rate per direction); a server's 8 GPUs "
-        "share PCIe switches and CPU uplinks, so each gets less: an upper bound at 8 GPUs"),
+        "share PCIe switches and CPU uplinks, so each gets less: an upper bound at 8 GPUs", max_gpus=8),
     "NVLink 2 (V100 SXM2)": Link(
         "NVLink 2, 6 links summed", 150e9, 5e-6,
         "sum of a V100 SXM2's 6 NVLink 2 links (25 GB/s each per direction); an all-reduce reaches less, "
-        "depending on how the links connect the GPUs: an upper bound"),
+        "depending on how the links connect the GPUs: an upper bound", max_gpus=8),
     "25 Gbit/s Ethernet (servers)": Link(
         "25 Gbit/s Ethernet, line rate", 3.125e9, 30e-6,
         "line rate (25 Gbit/s = 3.125 GB/s per direction); protocol overhead leaves less: an upper bound"),
@@ -90,6 +91,7 @@ class ScalingPrediction:
     efficiency: float
     bottleneck: str     # "the input pipeline" when it caps throughput, else the larger part of a step:
                         # "compute" or "communication"
+    note: str = ""      # a warning about the setup (e.g. more GPUs than the link can join), shown by repr
 
     @property
     def communication_share(self) -> float:
@@ -101,7 +103,7 @@ class ScalingPrediction:
         return (f"{self.gpus} GPU(s): {self.samples_per_s:,.0f} samples/s of an ideal {self.ideal_samples_per_s:,.0f} "
                 f"-> efficiency {self.efficiency:.0%} (step {self.step_s * 1e3:.1f} ms = compute "
                 f"{self.compute_s * 1e3:.1f} ms + exposed communication {self.exposed_s * 1e3:.1f} ms, "
-                f"{self.communication_share:.0%} of the step{capped})")
+                f"{self.communication_share:.0%} of the step{capped})" + (f". {self.note}" if self.note else ""))
 
 
 def scaling_model(gpus: int, *, compute_time_per_sample: float, gradient_bytes: float, per_gpu_batch: int,
@@ -147,13 +149,23 @@ NETWORKS = {
 
 def predict_curve(network: str, link: str, per_gpu_batch: int, max_gpus: int, overlap: float = 0.1):
     """Predictions for 1..max_gpus GPUs of a NETWORKS entry over a LINKS entry (upper bounds where the link's
-    ``basis`` is a line rate or a shared link)."""
+    ``basis`` is a line rate or a shared link). A link inside one server (``Link.max_gpus``) joins at most that
+    server's GPUs: the predictions beyond it carry a ``note`` saying so (the explorer shows it)."""
     if network not in NETWORKS:
         raise ValueError(f"predict_curve: unknown network {short(network)}; choose from {list(NETWORKS)}.")
     if link not in LINKS:
         raise ValueError(f"predict_curve: unknown link {short(link)}; choose from {list(LINKS)}.")
+    max_gpus = require_int("predict_curve", "max_gpus", max_gpus, minimum=1)
     params, rate = NETWORKS[network]
     chosen = LINKS[link]
-    return [scaling_model(n, compute_time_per_sample=1 / rate, gradient_bytes=4 * params,
+    curve = []
+    for n in range(1, max_gpus + 1):
+        p = scaling_model(n, compute_time_per_sample=1 / rate, gradient_bytes=4 * params,
                           per_gpu_batch=per_gpu_batch, bandwidth=chosen.bandwidth, latency=chosen.latency,
-                          overlap=overlap) for n in range(1, max_gpus + 1)]
+                          overlap=overlap)
+        if chosen.max_gpus is not None and n > chosen.max_gpus:
+            p = replace(p, note=f"Not a real setup: {link} joins the GPUs of one server, at most "
+                                f"{chosen.max_gpus}; {n} GPUs span several servers, linked by a network (choose "
+                                "an Ethernet or InfiniBand link)")
+        curve.append(p)
+    return curve

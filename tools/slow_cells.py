@@ -69,6 +69,9 @@ REASONS: dict[tuple[str, str], str] = {
         "on one device: 10 epochs is where the large batches' accuracy gap is clear",
     ("06", "scaled = batch_sweep("): "8 more trainings of 10 epochs, with the scaled rate with and without "
         "warm-up",
+    ("06", "seeds, warmups = (0, 1, 2)"): "batch 1024 on two more random seeds (the same rate, then rate 1.6 with "
+        "0, 1 and 5 epochs of warm-up) and a 5-epoch warm-up on the first: 9 trainings of 10 epochs at 2 steps "
+        "each; one seed would teach that seed's luck",
     ("07", "run = kit.launch_local_workers(train_worker"): "the first launch: the process the workers are forked "
         "from imports TensorFlow once (later launches with the same environment reuse it), then 2 workers join "
         "the cluster and train 30 steps",

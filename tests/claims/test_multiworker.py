@@ -758,3 +758,108 @@ def test_a_workers_server_listens_on_every_address_whatever_tf_config_names(priv
     for named, addresses in run.results:
         assert named.startswith("127.0.0.1:")
         assert addresses and set(addresses) <= {"::", "0.0.0.0"}, addresses
+
+
+# --------------------------------------------------------------------------- notebook 07, step 2: what stays identical
+def bn_worker():
+    import numpy as np
+    import tensorflow as tf
+    import keras
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 8, 8, 1)).astype("float32")
+    y = rng.integers(0, 10, 256)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
+                                  keras.layers.Flatten(), keras.layers.Dense(10)])
+        optimizer = keras.optimizers.SGD(0.1)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+    ds = strategy.distribute_datasets_from_function(
+        lambda ctx: tf.data.Dataset.from_tensor_slices((x, y)).shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        .repeat().batch(ctx.get_per_replica_batch_size(32)))
+
+    @tf.function
+    def step(batch):
+        def replica_step(xb, yb):
+            with tf.GradientTape() as tape:
+                loss = tf.nn.compute_average_loss(loss_fn(yb, model(xb, training=True)), global_batch_size=32)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        strategy.run(replica_step, args=batch)
+
+    batches = iter(ds)
+    for _ in range(5):
+        step(next(batches))
+    flat = lambda variables: np.concatenate([v.numpy().ravel() for v in variables]).tolist()  # noqa: E731
+    return {"trainable": flat(model.trainable_variables), "moving": flat(model.non_trainable_variables)}
+
+
+def test_trainable_weights_stay_identical_across_workers_batchnorm_statistics_drift():
+    """Notebook 07, step 2: mirrored variables stay identical only where the optimizer updates them from the
+    all-reduced gradients; BatchNormalization's moving statistics (Keras 3: aggregation "none") are updated by
+    each replica from its own batch, so they differ between the workers."""
+    run = kit.launch_local_workers(bn_worker, workers=2, log=None, timeout=180)
+    a, b = (w.result for w in run)
+    assert np.array_equal(a["trainable"], b["trainable"])
+    assert np.max(np.abs(np.subtract(a["moving"], b["moving"]))) > 1e-4
+
+
+def test_keras_batchnorm_statistics_are_created_with_aggregation_none():
+    import keras
+
+    layer = keras.layers.BatchNormalization()
+    layer.build((None, 4))
+    assert {v.aggregation for v in (layer.moving_mean, layer.moving_variance)} == {"none"}
+
+
+# --------------------------------------------------------------------------- what the launcher sends
+SCALE = 3
+
+
+class Doubler:
+    def twice(self, v):
+        return 2 * v
+
+
+def total(values):
+    return float(np.sum(values))            # np of this module: imported in the worker too
+
+
+def uses_other_cells(v=1):
+    return [Doubler().twice(v) * SCALE, total([1, 2])]
+
+
+AN_ARRAY = np.zeros(3)
+
+
+def uses_an_array():
+    return float(AN_ARRAY.sum())
+
+
+def test_a_function_gets_the_classes_constants_and_modules_it_uses_sent_with_it():
+    """Notebook 07: a class defined in another cell travels with the worker function (no NameError there)."""
+    run = kit.launch_local_workers(uses_other_cells, workers=1, log=None, kwargs={"v": 2})
+    assert run.results == [[12, 3.0]]
+
+
+def test_a_value_that_cannot_be_sent_is_refused_before_any_worker_starts():
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=r"uses_an_array\(\) uses AN_ARRAY \(ndarray\)"):
+        kit.launch_local_workers(uses_an_array, workers=1, log=None)
+    assert time.monotonic() - start < 5
+
+
+def calls_report():
+    report(extra=5)  # noqa: F821  (the worker's own report; this module has none)
+    return 1
+
+
+def test_report_is_the_workers_own_even_where_the_caller_has_another():
+    globals()["report"] = object()          # a notebook's `report` is setup()'s report
+    try:
+        run = kit.launch_local_workers(calls_report, workers=1, log=None)
+    finally:
+        del globals()["report"]
+    assert run.results == [1] and run.values("extra") == [5]
