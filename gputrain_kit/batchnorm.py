@@ -2,7 +2,8 @@
 behaviour: model kind x BN setting x batching -> outcome.
 
 "no BN" rows separate what BatchNormalization does from what the model's other layers do: with oneDNN CPU kernels
-a Conv2D's gradient itself fails on an empty replica batch.
+(x86) a Conv2D's forward pass returns an empty batch in its input's shape (1 channel, not the layer's 8 filters),
+so the next layer fails on an empty replica batch, BatchNormalization or not.
 
 Each case trains a small model for two epochs under ``MirroredStrategy`` over 4 devices on 1030 samples,
 global batch 64: without ``drop_remainder`` the last step is split [2, 2, 2, 0] and replica 3 gets nothing.
@@ -16,8 +17,8 @@ The outcome is one of
 A crashed collective can poison the whole process (every later ``fit`` fails), so cases run in child
 processes, and a case after a crash always gets a fresh one.
 
-The outcome depends on TensorFlow's CPU kernels (``cpu_kernels``): with oneDNN's kernels an empty replica batch
-crashes the conv net's ``fit``, with the portable Eigen kernels the same case trains into NaN or stays healthy,
+The outcome depends on TensorFlow's CPU kernels (``cpu_kernels``): with oneDNN's kernels on x86 an empty replica
+batch crashes the conv net's ``fit``, with the portable Eigen kernels the same case trains into NaN or stays healthy,
 and on a GPU (the H100 record) nothing crashes. ``kernels=("onednn", "eigen")`` runs every case under both
 families, each in processes of its own (the family is fixed when TensorFlow is imported), so any machine shows
 both.

@@ -340,9 +340,16 @@ def _check_layout(model: Any, path: Path, file: _Layout) -> bool:
     if mine != state:
         name = f"{getattr(optimizer, 'name', '')!r} ({type(optimizer).__name__}, {len(mine)} variables)"
         if file.step == 0 and len(state) < len(mine):      # saved after compile(), before the first step
-            cause = (f"was saved before its first training step (compile() had created only its step counter "
-                     f"and learning rate), and the model's optimizer {name} is built. The model was left "
+            cause = (f"was saved before its first training step (it held only its step counter and learning "
+                     f"rate, as a fresh optimizer does), and the model's optimizer {name} is built. The model was left "
                      "unchanged. Load it into a model compiled and not trained yet")
+        elif _schedule_differs(state, mine) is not None:
+            saved, model_has = (("a learning-rate schedule", "a constant learning rate")
+                                if _schedule_differs(state, mine) == "file" else
+                                ("a constant learning rate", "a learning-rate schedule"))
+            cause = (f"does not fit the model's optimizer {name}: the file's had {saved}, the model's has "
+                     f"{model_has} (a schedule has no learning-rate variable). The model was left unchanged. To "
+                     "resume training, compile the model with the kind of learning rate it was saved with")
         else:
             cause = (f"does not fit the model's optimizer {name}: the file was saved with another optimizer, or "
                      "with other layers trainable. The model was left unchanged. To resume training, compile the "
@@ -351,6 +358,26 @@ def _check_layout(model: Any, path: Path, file: _Layout) -> bool:
                         "to take the weights alone, load them before compile() (a warning says the optimizer "
                         "state was left out).", [v.path for v in optimizer.variables])
     return True
+
+
+def _optimizer_shapes(layout: dict[str, tuple[int, ...]]) -> list[tuple[int, ...]] | None:
+    """The shapes of an optimizer's variables in their order (``optimizer/vars/0``, ``1``, ...); None for a
+    layout of another form (a wrapped optimizer's nested groups)."""
+    found = [(int(m[1]), shape) for key, shape in layout.items() if (m := re.fullmatch(r"optimizer/vars/(\d+)", key))]
+    return [shape for _, shape in sorted(found)] if len(found) == len(layout) else None
+
+
+def _schedule_differs(state: dict[str, tuple[int, ...]], mine: dict[str, tuple[int, ...]]) -> str | None:
+    """Which side's learning rate is a schedule when that is the only difference: "file" or "model", else None.
+    A Keras 3 optimizer's variables are its step counter, then its learning rate unless that is a schedule (a
+    scalar variable, index 1), then its slots: one side has exactly that scalar more."""
+    saved, model = _optimizer_shapes(state), _optimizer_shapes(mine)
+    if saved is None or model is None:
+        return None
+    for longer, shorter, side in ((model, saved, "file"), (saved, model, "model")):
+        if len(longer) == len(shorter) + 1 >= 2 and longer[1] == () and longer[:1] + longer[2:] == shorter:
+            return side
+    return None
 
 
 def load_verified(model: Any, path: Any) -> Any:
@@ -363,15 +390,15 @@ def load_verified(model: Any, path: Any) -> Any:
     - the file holds no variable the model lacks (a file of a larger model is refused, not loaded in part);
     - the optimizer's state in the file (step counter ``iterations``, learning rate, Adam's moments ...) was
       loaded into the model's optimizer, every variable of it. A compiled model's optimizer that was not built
-      yet (compile() alone creates only its step counter and learning rate) is built first, as ``fit`` would
+      yet (a fresh optimizer holds only its step counter and learning rate) is built first, as ``fit`` would
       build it, when the file holds a built optimizer's state. The learning rate becomes the file's, whatever
       compile() was given.
 
     Refused (LoadError, raised before anything is loaded where the file's contents show it): a variable of the
     model missing from the file or of another shape (``.missing``), variables in the file the model has no
     place for (``.extra``), optimizer state that does not fit the model's compiled optimizer (another optimizer
-    with other variables, or other trainable layers; or a file saved before the first training step loaded into
-    a built optimizer). On refusal every variable of the model and of its optimizer holds its previous
+    with other variables, a learning-rate schedule where the other has a constant learning rate, or other
+    trainable layers; or a file saved before the first training step loaded into a built optimizer). On refusal every variable of the model and of its optimizer holds its previous
     value; an optimizer built for the load stays built, with its initial values (step 0), as ``fit`` would
     have built it.
 
@@ -380,9 +407,11 @@ def load_verified(model: Any, path: Any) -> Any:
     training). A file without optimizer state (saved from an uncompiled model) leaves the model's optimizer as
     it was.
 
-    Not checked: that the file comes from the same architecture. Variables are matched by the layer's class
-    and occurrence (``layers/dense_1``), never by name, so layers renamed, or reordered among classes with the
-    same shapes, load without complaint (notebook 04, section 2). Nor the optimizer's class: its state is
+    Not checked: that the file comes from the same architecture. Variables are matched as Keras matches them:
+    in a Sequential or Functional model by the layer's class and occurrence (``layers/dense_1``), never by name,
+    so layers renamed, or reordered among classes with the same shapes, load without complaint; in a subclassed
+    model by the attribute that holds the layer (``enc/vars``), so renaming the attribute breaks the load
+    (notebook 04, section 2). Nor the optimizer's class: its state is
     matched by the number and shapes of its variables, so Adam's state loads into AdamW (the same slots).
     NaN/inf loaded gives a NonFiniteWarning, not an error. Compiled metrics are not in the file.
 

@@ -1,14 +1,31 @@
 """Exercise checks of notebook 04."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from ._common import Verdict, read, verdict
+from ._common import Verdict, as_choice, read, verdict
+
+_SAVE_CHOICES = ("wrapper", "template")
+_SAVE_WORDS = ("the", "model", "s", "weights", "save")
+
+
+def _one_of_two(answer: Any) -> Any:
+    """'template, not wrapper' (the one chosen, then the other one named as not chosen) as 'template'; anything
+    else as it is (read() refuses a lone negated choice such as 'not wrapper')."""
+    if not isinstance(answer, str):
+        return answer
+    said = re.fullmatch(r"\s*(.+?)\s*[,;]?\s*(?:and\s+|but\s+)?(?:not|never)\s+(.+?)[\s.!]*", answer, re.I)
+    if said:
+        chosen, other = (as_choice(part, _SAVE_CHOICES, words=_SAVE_WORDS) for part in said.groups())
+        if chosen and other and chosen != other:
+            return chosen
+    return answer
 
 
 def nb04_what_to_save(answer: Any) -> Verdict:
-    """Trained through a parallel wrapper: save the 'wrapper' or the 'template'?"""
-    got = read(answer, "choice", choices=("wrapper", "template"), words=("the", "model", "s", "weights", "save"),
+    """Trained through a parallel wrapper: save the 'wrapper' or the 'template'? ('template, not wrapper' too)"""
+    got = read(_one_of_two(answer), "choice", choices=_SAVE_CHOICES, words=_SAVE_WORDS,
                form="Answer 'wrapper' or 'template'.")
     if got.refusal is not None:
         return got.refusal
@@ -18,7 +35,10 @@ def nb04_what_to_save(answer: Any) -> Verdict:
 
 
 def nb04_reshuffle(answer: Any) -> Verdict:
-    """reshuffle_each_iteration needed for a bit-identical resume (True/False)."""
+    """reshuffle_each_iteration needed for a bit-identical resume (True/False; written as the argument too:
+    'reshuffle_each_iteration=False')."""
+    if isinstance(answer, str):
+        answer = re.sub(r"^\s*(?:shuffle\s*\(.*?)?reshuffle_each_iteration\s*[=:]\s*(.*?)\)?\s*$", r"\1", answer)
     got = read(answer, "bool", form="Answer True or False.")
     if got.refusal is not None:
         return got.refusal
@@ -29,7 +49,9 @@ def nb04_reshuffle(answer: Any) -> Verdict:
 
 def nb04_resumed_epochs(answer: Any) -> Verdict:
     """epochs=10 with BackupAndRestore, crash at the start of epoch 7: which epochs (from 1) does the restart train?
-    (a list; 'epochs 7 to 10' and '7-10' too)"""
+    (a list; 'epochs 7 to 10', 'epoch 7 to epoch 10' and '7-10' too)"""
+    if isinstance(answer, str):      # 'epoch 7 to epoch 10': the word before each number, as in 'epochs 7 to 10'
+        answer = re.sub(r"((?:\bto|\bthrough|\buntil|-|–)\s*)epochs?\s+(?=\d)", r"\1", answer, flags=re.I)
     got = read(answer, "int_list", words=("epoch",), ranges=True,
                form="Give the epoch numbers, counted from 1, as a list such as [2, 3].")
     if got.refusal is not None:

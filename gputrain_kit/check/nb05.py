@@ -1,6 +1,7 @@
 """Exercise checks of notebook 05."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._common import Verdict, read, verdict
@@ -16,7 +17,16 @@ def _empty_replicas(n: int, batch: int, replicas: int, via: str = "dataset") -> 
 
 def _empty_list(answer: Any, right: list[int], why: str, hint: str, other_path: list[int] | None = None) -> Verdict:
     """A list of replicas ('[6, 7]', '6 and 7', 'replicas 6 and 7'; None, 'none' and [] for none). A bare number is
-    refused with the reason: 0 reads both as "no replica" and as "replica 0", and any other number as a count."""
+    refused with the reason: 0 reads both as "no replica" and as "replica 0", and any other number as a count.
+    A count said as one ('0 replicas', 'zero replicas': none; '2 replicas': how many, refused with the reason);
+    ranges ('6-7', '6 to 7') as the replicas in them."""
+    if isinstance(answer, str):
+        said = re.fullmatch(r"\s*(\d+|zero|no)\s+replicas?\s*(?:get\s+nothing|are\s+empty)?[\s.]*", answer, re.I)
+        if said and said[1].lower() in ("0", "zero", "no") and answer.strip().lower().split()[1] == "replicas":
+            answer = []                                 # '0 replicas': none
+        elif said and said[1].isdigit():
+            return verdict(answer, False, "", "", form="Give which replicas get nothing, as a list (0-based), not "
+                           "how many: e.g. [2, 3], or [] for none.")
     if not isinstance(answer, (list, tuple, range, set, frozenset)) and getattr(answer, "ndim", 0) == 0:
         count = read(answer, "int", form=_LIST)         # 2, '2' or np.int64(2): a count, not a list
         if count.refusal is None:
@@ -25,7 +35,7 @@ def _empty_list(answer: Any, right: list[int], why: str, hint: str, other_path: 
                                "answer with a list, [] for none or [0] for replica 0.")
             return verdict(answer, False, "", "", form="Give which replicas get nothing, as a list (0-based), not "
                            "how many: e.g. [2, 3], or [] for none.")
-    got = read(answer, "int_list", words=("replica",), none_is_empty=True, form=_LIST)
+    got = read(answer, "int_list", words=("replica",), none_is_empty=True, ranges=True, form=_LIST)
     if got.refusal is not None:
         return got.refusal
     values = got.value

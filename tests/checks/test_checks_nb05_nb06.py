@@ -129,3 +129,28 @@ def test_nb05_a_fix_written_as_code_is_read_and_the_remainder_is_named():
     assert check.nb05_identical_copies("sync") and repr(check.nb05_identical_copies("batchnorm")).startswith("Not a form")
     remainder = check.nb05_pad_samples(40)
     assert not remainder and "what the last batch already has" in repr(remainder)
+
+
+@pytest.mark.parametrize("answer", ["6-7", "6 to 7", "replicas 6-7", "replica 6 to 7", "6 and 7"])
+def test_nb05_empty_replicas_a_reads_ranges(answer):
+    assert check.nb05_empty_replicas_a(answer)
+
+
+@pytest.mark.parametrize("answer", ["5-7", "0-5", "7-8", "6 to 8"])
+def test_nb05_empty_replicas_a_refuses_a_wrong_range(answer):
+    result = check.nb05_empty_replicas_a(answer)
+    assert not result and repr(result).startswith("Not yet.") and "[6, 7]" not in repr(result)
+
+
+@pytest.mark.parametrize("answer", ["0 replicas", "zero replicas", "no replicas", "none", "[]"])
+def test_nb05_empty_replicas_b_reads_a_count_of_zero_replicas_as_none(answer):
+    assert check.nb05_empty_replicas_b(answer)
+
+
+def test_nb05_empty_replicas_a_count_of_replicas_is_no_list():
+    assert not check.nb05_empty_replicas_a("0 replicas")               # none: wrong for exercise 1
+    assert repr(check.nb05_empty_replicas_a("0 replicas")).startswith("Not yet.")
+    for answer in ("2 replicas", "1 replica"):                          # how many, not which
+        assert _says(check.nb05_empty_replicas_a(answer), "not how many")
+    assert not check.nb05_empty_replicas_b("replica 0") and not check.nb05_empty_replicas_b("[0]")
+    assert _says(check.nb05_empty_replicas_b("0"), "0 reads both")

@@ -356,7 +356,8 @@ def test_the_file_holds_the_optimizer_state_and_no_metrics(partial):
 
 
 def test_load_weights_skips_the_optimizer_state_of_a_freshly_compiled_model_with_one_warning(partial):
-    """Section 2: compile creates only the step counter and the learning rate; load_weights loads the weights,
+    """Section 2: a freshly compiled model's optimizer holds only the step counter and the learning rate (its
+    constructor creates them: test_a_fresh_optimizer_holds_two_variables_before_compile); load_weights loads the weights,
     warns once that it skipped the optimizer, and leaves the step at 0."""
     plain = partial["plain"]
     assert partial["compile_creates"] == 2
@@ -593,3 +594,71 @@ def test_exercise_answers_group_by_occurrence_and_resume_after_the_last_finished
     assert out["groups"]["layers/dense_2"] == "logits"
     assert out["groups"]["layers/dense_1"] == "bottleneck" and out["groups"]["layers/layer_normalization"] == "norm"
     assert out["trained"] == [7, 8, 9, 10]
+
+
+def test_a_subclassed_models_layers_are_keyed_by_attribute_name():
+    """Section 2: the class-and-occurrence rule is the layers list of Sequential and Functional models; in a
+    subclassed model each layer's group is the attribute holding it (enc/vars, head/vars: Keras's writer walks
+    dir(model)), so renaming the layer loads and renaming the attribute raises "expected 2 variables, but
+    received 0". The notebook's cell, in a child."""
+    out = last_json(run_python("""
+        import json, os, re, tempfile, h5py, numpy as np, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras
+
+        class Encoder(keras.Model):
+            def __init__(self, attribute="enc", name="hidden"):
+                super().__init__()
+                self.attribute = attribute
+                setattr(self, attribute, keras.layers.Dense(32, activation="relu", name=name))
+                self.head = keras.layers.Dense(10, name="logits")
+
+            def call(self, x):
+                return self.head(getattr(self, self.attribute)(x))
+
+        def subclassed(**kwargs):
+            model = Encoder(**kwargs)
+            model(np.zeros((1, 64), "float32"))
+            return model
+
+        path = os.path.join(tempfile.mkdtemp(), "subclassed.weights.h5")
+        saved = subclassed()
+        saved.save_weights(path)
+        groups = {}
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda key, item: groups.update({key[:-5]: item.attrs["name"]})
+                         if key.endswith("/vars") and len(item) else None)
+        renamed = subclassed(name="totally_different")
+        renamed.load_weights(path)
+        same = all(np.array_equal(a, b) for a, b in zip(saved.get_weights(), renamed.get_weights()))
+        try:
+            subclassed(attribute="encoder").load_weights(path)
+            error = None
+        except ValueError as err:
+            error = re.search(r"Layer '\\w+' expected [^.]*", str(err)).group(0)
+        print(json.dumps({"groups": groups, "renamed_layer_loads": same, "renamed_attribute": error}))
+    """))
+    assert out["groups"] == {"enc": "hidden", "head": "logits"}
+    assert out["renamed_layer_loads"] is True
+    assert out["renamed_attribute"] == "Layer 'hidden' expected 2 variables, but received 0 variables during loading"
+
+
+def test_a_fresh_optimizer_holds_two_variables_before_compile():
+    """Sections 1 and 2: the step counter and the learning rate are the optimizer's constructor's, not
+    compile's: an Adam never given to compile has them; compile with an Adam object adds none; a learning-rate
+    schedule has no learning-rate variable (load_verified names that when it is the difference)."""
+    out = last_json(run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras
+        adam = keras.optimizers.Adam()
+        before = [v.name for v in adam.variables]
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        model.compile(adam, "mse")
+        scheduled = keras.optimizers.Adam(keras.optimizers.schedules.ExponentialDecay(1e-3, 10, 0.9))
+        print(json.dumps({"before": before, "after_compile": len(model.optimizer.variables),
+                          "schedule": [v.name for v in scheduled.variables]}))
+    """))
+    assert out["before"] == ["iteration", "learning_rate"]
+    assert out["after_compile"] == 2
+    assert out["schedule"] == ["iteration"]

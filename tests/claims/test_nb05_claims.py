@@ -1,6 +1,7 @@
 """The BatchNorm NaN trap on the installed Keras: if Keras fixes it, these tests say which notebook to update."""
 from __future__ import annotations
 
+import platform
 import warnings
 
 import pytest
@@ -332,3 +333,42 @@ def test_default_batchnorm_goes_from_6_nan_copies_to_26_in_one_step(family):
     assert len(trainable) == 6 and all(v == every for v in trainable.values())   # 2 Dense x 2 + gamma, beta
     assert {k: out["step_1"][k] for k in stats} == stats
     assert sum(map(len, out["step_1"].values())) == 26
+
+
+@pytest.mark.parametrize("family", ["onednn", "eigen"])
+def test_onednn_conv2d_returns_an_empty_batch_with_the_inputs_channels(family):
+    """Notebook 05 section 5 (the "no BN" row and the one-line cell after the matrix): on x86, oneDNN's forward
+    Conv2D on an empty batch returns the input's shape (1 channel, not the 8 filters), Eigen the right shape; so
+    without BatchNorm the Dense after pooling fails with oneDNN (MatMul [0,1] x [8,4]), and the gradient of the
+    kernel is not what fails (it has the kernel's shape under both)."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras, tensorflow as tf
+        x, kernel = tf.zeros([0, 8, 8, 1]), tf.ones([3, 3, 1, 8])
+        out = {"family": kit.cpu_kernels.detect().family,
+               "nn": tf.nn.conv2d(x, kernel, 1, "SAME").shape.as_list(),
+               "keras": keras.layers.Conv2D(8, 3, padding="same")(x).shape.as_list(),
+               "nonempty": keras.layers.Conv2D(8, 3, padding="same")(tf.zeros([2, 8, 8, 1])).shape.as_list()}
+        with tf.GradientTape() as tape:
+            tape.watch(kernel)
+            total = tf.reduce_sum(tf.nn.conv2d(x, kernel, 1, "SAME"))
+        out["kernel_gradient"] = tape.gradient(total, kernel).shape.as_list()
+        net = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(8, 3, padding="same"),
+                                keras.layers.ReLU(), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4)])
+        forward = tf.function(lambda t: net(t), input_signature=[tf.TensorSpec([None, 8, 8, 1])])   # as in fit
+        try:
+            out["net"] = forward(x).shape.as_list()
+        except Exception as err:
+            out["net"] = type(err).__name__ + ": " + " ".join(str(err).split())
+        print(json.dumps(out))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
+    out = last_json(proc)
+    assert out["family"] == family and out["nonempty"] == [2, 8, 8, 8]
+    assert out["kernel_gradient"] == [3, 3, 1, 8]
+    if family == "onednn" and platform.machine().lower() in ("x86_64", "amd64"):   # cell 51 allows ARM to differ
+        assert out["nn"] == out["keras"] == [0, 8, 8, 1]
+        assert "Matrix size-incompatible: In[0]: [0,1], In[1]: [8,4]" in out["net"]
+    elif family == "eigen":
+        assert out["nn"] == out["keras"] == [0, 8, 8, 8]
+        assert out["net"] == [0, 4]
