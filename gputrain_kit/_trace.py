@@ -47,8 +47,26 @@ _RESOURCE_OP = re.compile(r"ReadVariableOp|Assign\w*VariableOp|Resource\w+|VarIs
                           r"DestroyResourceOp")
 
 
+def sent_from(plane: Any) -> dict[str, str]:
+    """Node path -> the device it ran on, for every node the trace shows sending a tensor to another device: a
+    ``_Send`` event's ``from`` stat names the node, its ``key`` starts with the sending device. The only device
+    the profiler's host events record; the placement of every other op is inferred (``node_devices``)."""
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    out: dict[str, str] = {}
+    for line in plane.lines:
+        for event in line.events:
+            if not plane.event_metadata[event.metadata_id].name.endswith(":_Send"):
+                continue
+            stats = {names.get(x.metadata_id): x.str_value or names.get(x.ref_value, "") for x in event.stats}
+            device = normalize_device((stats.get("key") or "").split(";", 1)[0])
+            if stats.get("from") and device:
+                out[stats["from"]] = device
+    return out
+
+
 def node_devices(function_names: Iterable[str], default: str,
-                 functions: dict[str, str] | None = None) -> dict[str, str | None]:
+                 functions: dict[str, str] | None = None,
+                 defaulted: set[str] | None = None) -> dict[str, str | None]:
     """Node path (as the trace names it) -> device, for the given functions of the eager context.
 
     A node's device is the one it requested, else its caller's, else ``default`` (where the placer
@@ -60,7 +78,8 @@ def node_devices(function_names: Iterable[str], default: str,
 
     Limit: a variable op that requests a device other than its variable's runs where the variable
     lives (TensorFlow colocates them) but is shown where it was requested; create each variable on
-    the device that uses it (notebook 03) and the two agree.
+    the device that uses it (notebook 03) and the two agree. ``defaulted``, when given, is filled with the
+    paths of the ops (not variable ops) that got ``default`` because nothing requested a device for them.
     """
     from tensorflow.python.eager import context
 
@@ -96,6 +115,8 @@ def node_devices(function_names: Iterable[str], default: str,
                 out[prefix + node.name] = device
             else:
                 out[prefix + node.name] = device or default
+                if not device and defaulted is not None:
+                    defaulted.add(prefix + node.name)
             if functions is not None:
                 functions[prefix + node.name] = top
             for attr in node.attr.values():

@@ -1,4 +1,4 @@
-"""Which device computed what, and when: a timeline from TensorFlow's own profiler.
+"""When each op ran, from TensorFlow's own profiler, and on which device (inferred): a timeline.
 
 ``with device_activity() as activity: model.fit(...)`` starts TensorFlow's profiler
 (``tf.profiler.experimental.start``) in a temporary folder, stops it when the block ends, reads the
@@ -7,13 +7,16 @@ trace it wrote (an XSpace, ``*.xplane.pb``) and deletes the folder. What it read
 - **Op events.** On the host plane every op that a ``tf.function`` runs (``fit``'s train step is one)
   is an event named ``"<node name>:<op type>"`` with its start and duration. Functions called inside
   a function are inlined, so a node name is a path: ``StatefulPartitionedCall/replica_1/dense/MatMul``.
-- **Devices.** The events carry no device. The kit takes it from the functions themselves: each
+- **Devices.** The op events carry no device: the kit infers it, from the functions themselves. Each
   function the trace names (``eager_op`` / ``func_name`` stats) is looked up in the eager context
   (``get_function_def``), and every node's requested device is read, walking into the functions it
-  calls. A node with no requested device inherits its caller's; at the top it gets the default
-  device (GPU 0 if there is one, else CPU 0), which is where TensorFlow's placer puts it.
+  calls. A node with no requested device inherits its caller's; at the top it gets the device of the
+  ``tf.device`` scope around the ``with`` block, else device 0 (GPU 0 if there is one, else CPU 0),
+  which is where TensorFlow's placer puts it. The one device the trace does record is the sender's, on
+  each cross-device copy (``_Send``): when the ops that got the default are seen sending from one other
+  recorded device (a ``tf.device`` scope inside the block), that device becomes the function's default.
   ``tests/unit/test_activity.py`` pins this rule to the installed TensorFlow by comparing it with the
-  partition graphs TensorFlow reports for the same function.
+  partition graphs TensorFlow reports for the same function, with and without a scope.
 - **Input pipeline.** Work on the ``tf.data`` threads is kept apart as the input row.
 - **GPUs.** On a GPU the profiler also writes one plane per physical GPU (``/device:GPU:N``) whose
   stream lines hold the kernels that really ran there; when each logical device is a whole GPU,
@@ -42,7 +45,7 @@ from typing import Any, Iterable, Sequence
 
 from ._args import short
 from ._trace import (_default_device, _function_names, _gpu_intervals, _host_intervals, _logical_gpu_intervals,
-                     merge, node_devices)
+                     merge, node_devices, sent_from)
 from .placement import normalize_device
 
 __all__ = ["device_activity", "DeviceActivity", "ProfilerBusyError", "merge", "overlap_seconds", "op_kind"]
@@ -258,7 +261,9 @@ class DeviceActivity:
 
 
 class device_activity:
-    """Record which device computed what during the ``with`` block, with TensorFlow's profiler.
+    """Record when each op ran during the ``with`` block, with TensorFlow's profiler, and on which device (inferred
+    as the placer decides it: the op's requested device, else the ``tf.device`` scope of the call, else device 0;
+    the profiler records no device for an op).
 
     >>> with device_activity() as activity:          # doctest: +SKIP
     ...     model.fit(x, y, batch_size=256, epochs=1, verbose=0)
@@ -275,6 +280,7 @@ class device_activity:
         self._devices = None if devices is None else tuple(normalize_device(d) or d for d in devices)
         self._result = DeviceActivity()
         self._dir: str | None = None
+        self._scope: str | None = None
 
     def __enter__(self) -> DeviceActivity:
         from .devices import current
@@ -288,6 +294,9 @@ class device_activity:
             else:
                 self._devices = tuple(normalize_device(d.name) for d in tf.config.list_logical_devices()
                                       if d.device_type in ("CPU", "GPU"))
+        from tensorflow.python.eager import context
+
+        self._scope = normalize_device(context.context().device_name or "") or None   # a tf.device scope around us
         self._gpus_whole = report is not None and report.mode == "gpu"   # one logical device per GPU
         self._gpus_logical = report is not None and report.mode == "split-gpu"
         self._result.devices = self._devices
@@ -329,6 +338,21 @@ class device_activity:
         r.overhead_s = self._overhead + time.perf_counter() - started
         r._done = True
 
+    def _nodes(self, plane: Any, devices: Sequence[str], functions: dict[str, str]) -> dict[str, str | None]:
+        """Each traced node's device: requested, else the caller's scope, else device 0; a function whose
+        defaulted ops the trace shows sending from one other recorded device gets that device as its default."""
+        default = self._scope if self._scope is not None and self._scope in devices else _default_device(devices)
+        sent = sent_from(plane)
+        nodes: dict[str, str | None] = {}
+        for name in _function_names(plane):
+            defaulted: set[str] = set()
+            found = node_devices([name], default, functions, defaulted)
+            seen = {sent[n] for n in defaulted if n in sent}
+            if len(seen) == 1 and (moved := seen.pop()) != default and moved in devices:
+                found = node_devices([name], moved, functions)
+            nodes.update(found)
+        return nodes
+
     def _read(self, tf: Any) -> None:
         from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
@@ -350,7 +374,7 @@ class device_activity:
                      for line in host[0].lines if line.events), default=0)
         functions: dict[str, str] = {}
         devices = self._devices or ()                # set by __enter__ before any trace is read
-        nodes = node_devices(_function_names(host[0]), _default_device(devices), functions)
+        nodes = self._nodes(host[0], devices, functions)
         intervals, inputs, unattributed = _host_intervals(host[0], nodes, t0_ps, functions)
         r = self._result
         r.source = "host ops"

@@ -211,6 +211,27 @@ def _read_collective(base: Explanation, text: str, plan: Plan | None) -> Explana
     return explanation
 
 
+# Keras 3 all-reduces the gradients inside the optimizer's name scope ("adam_1/CollectiveReduceV2").
+_GRADIENT_COLLECTIVE = re.compile(r"node (?:\S+/)?(?:sgd|adam|adamw|rmsprop|adagrad|adadelta|adamax|nadam|ftrl|lion|"
+                                  r"lamb|loss_scale_optimizer|optimizer)(?:_\d+)?/Collective\w*", re.I)
+
+
+def _claims_collision(text: str) -> bool:
+    """A collective shape mismatch in the optimizer's gradient all-reduce: one model's replicas send equal shapes,
+    so the other member was another strategy's collective under the same key."""
+    return "Shape mismatch in the collective instance" in text and bool(_GRADIENT_COLLECTIVE.search(text))
+
+
+def _read_collision(base: Explanation, text: str, plan: Plan | None) -> Explanation:
+    found = re.search(r"collective instance (\d+)\. Op at device \S*?device:(\w+:\d+) expected shape \[([\d,]*)\] "
+                      r"but another member in the group expected shape \[([\d,]*)\]", text)
+    if not found:
+        return base
+    mine, other = _dims(found[3]), _dims(found[4])
+    return _with(base, why=f"Here instance {found[1]}'s all-reduce had gradients packed as {_tf(mine)} on {found[2]} "
+                           f"where its group expected {_tf(other)}: two models' gradient sizes.")
+
+
 def _read_uneven(base: Explanation, text: str, plan: Plan | None) -> Explanation:
     shapes = _addn_shapes(text)
     replicas_found = re.search(r"AddN_N_(\d+)_device", text)

@@ -32,7 +32,9 @@ from .explain_readers import (  # noqa: E402  (the explanation and the readers t
     _read_empty_conv,
     _claims_empty_conv,
     _claims_collective,
+    _claims_collision,
     _read_collective,
+    _read_collision,
     _read_uneven,
     _read_weights,
     _read_per_replica,
@@ -70,6 +72,23 @@ _ENTRIES = (
          r"Matrix size-incompatible: In\[0\]: \[0,"),      # conv net without BN, oneDNN: the Dense after it
         _read_empty_conv, _claims_empty_conv),
     _Entry(Explanation(
+        "collective-instance-collision",
+        "A gradient all-reduce met tensors of another shape under its collective key, and TensorFlow aborted it: "
+        "a second MirroredStrategy reused the keys of a first one in this process.",
+        "Every MirroredStrategy made with default settings (CollectiveAllReduce) numbers its collectives from the "
+        "same keys, so a second one over the same devices joins the first one's group and reuses its instance "
+        "numbers. TensorFlow keeps each instance's shape from its first use: when the second strategy trains a "
+        "model whose gradients pack to another size, its first all-reduce does not match. One model's replicas "
+        "send gradients of equal shapes, so a mismatch in the optimizer's all-reduce points to two strategies, "
+        "not to the data.",
+        "restart the kernel (after this abort every later collective in it fails too), then create one strategy "
+        "and build every model in its scope, or give any further strategy "
+        "`cross_device_ops=tf.distribute.ReductionToOneDevice()`, which uses no collectives "
+        "(`kit.training.strategy_for(k)` makes such strategies).",
+        "notebook 01, section 1, and notebook 02, section 3"),
+        (r"Shape mismatch in the collective instance",),
+        _read_collision, _claims_collision),
+    _Entry(Explanation(
         "collective-shape-mismatch",
         "The replicas sent tensors of different shapes into one cross-replica sum (an all-reduce every replica "
         "joins), and TensorFlow aborted it.",
@@ -77,7 +96,9 @@ _ENTRIES = (
         "shape [1, ..., C] (`_compute_moments_sync`, keras/src/backend/tensorflow/nn.py) whatever the batch, so "
         "smaller or uneven replica batches train. Their shapes differ when a replica's batch is empty (0 samples) "
         "and TensorFlow's oneDNN CPU kernels return that replica's Conv2D output with the input's channels "
-        "instead of the layer's filters; its Eigen kernels give the right shape and train on.",
+        "instead of the layer's filters; its Eigen kernels give the right shape and train on. (A model without "
+        "synchronized BatchNormalization meets it when a second default MirroredStrategy in the process reuses "
+        "a first one's collective keys: see the collective-instance-collision entry.)",
         _EMPTY_FIX, "notebook 05, section 5"),
         (r"Shape mismatch in the collective instance",
          r"AddN\b.{0,40}must have the same size and shape"),   # ReductionToOneDevice: per-channel sums differ

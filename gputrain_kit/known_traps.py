@@ -14,9 +14,12 @@ from dataclasses import dataclass
 
 from .versions import version_tuple  # one reading of a version string, for the traps, the doctor and the range
 
-__all__ = ["Trap", "TRAPS", "traps_for", "installed_keras", "version_tuple"]
+__all__ = ["CHECKED", "Trap", "TRAPS", "traps_for", "installed_keras", "version_tuple"]
 
 Version = tuple[int, ...]
+
+#: The Keras versions every trap was reproduced on (3.13 and 3.14 were never checked).
+CHECKED = "3.6 to 3.12, and 3.15"
 
 
 @dataclass(frozen=True)
@@ -39,9 +42,9 @@ class Trap:
                 and (self.fixed_in is None or version < self.fixed_in))
 
     def versions(self) -> str:
-        """The affected versions in words: "Keras 3.7", "Keras before 3.8", "every Keras 3 checked"."""
+        """The affected versions in words: "Keras 3.7", "Keras before 3.8", "every Keras 3 checked (...)"."""
         if self.since is None and self.fixed_in is None:
-            return "every Keras 3 checked (3.6 to 3.15)"
+            return f"every Keras 3 checked ({CHECKED})"
         if self.since is None:
             return f"Keras before {_text(self.fixed_in)}"
         if self.fixed_in is not None and self.fixed_in[0] == self.since[0] and self.fixed_in[1] - self.since[1] <= 3:

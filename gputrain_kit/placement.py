@@ -37,6 +37,10 @@ def variable_devices(model: Any, strategy: Any | None = None) -> dict[str, list[
     """For each variable of ``model``: the devices holding a copy (one per replica under a strategy)."""
     if not hasattr(model, "weights"):
         raise ValueError(f"variable_devices: expected a Keras model or layer, got {type(model).__name__}.")
+    if not getattr(model, "built", True) and not model.weights:
+        raise ValueError(f"variable_devices: the model {getattr(model, 'name', '?')!r} is not built yet (it has no "
+                         "Input and was never called), so it has no variables to place yet. Start it with "
+                         "keras.Input(shape), call it once on a batch, or call model.build(input_shape) first.")
     out: dict[str, list[str]] = {}
     for v in model.weights:
         tf_var = _backing(v)

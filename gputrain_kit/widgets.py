@@ -177,6 +177,14 @@ class ScalingExplorer:
         b = int(self.batch.value)
         return b * int(self.replicas.value) if self.mode.value == "per replica" else b
 
+    def batch_limit(self) -> int:
+        """The largest batch the box takes: the training set's size as a global batch, and per replica the
+        most that keeps the global batch within it (n_train // replicas). A larger global batch would make the
+        epoch one partial step, whatever its size, and could split unevenly where the box's number divides."""
+        if self.mode.value == "per replica":
+            return max(1, self.n_train // int(self.replicas.value))
+        return self.n_train
+
     def preview(self) -> None:
         """Redraw the per-step split for the current controls (pure Python: instant); the last run's status
         (a refusal, "done.") belongs to settings no longer shown, so it is cleared."""
@@ -184,13 +192,23 @@ class ScalingExplorer:
 
         if not self.button.disabled:
             self.status.value = ""
+        limit = self.batch_limit()
+        if self.batch.max != limit:
+            self.batch.max = limit                 # cuts a larger number to the limit, which redraws once more
+            if int(self.batch.value) > limit:
+                self.batch.value = limit
 
         with warnings.catch_warnings():   # the table shows an empty replica: no warning text under it
             warnings.simplefilter("ignore", ArgumentOrderWarning)
             plan = plan_batches(self.n_train, self.global_batch(), int(self.replicas.value))
         steps = f"{len(plan)} step{'s' if len(plan) != 1 else ''} per epoch"
-        cut = (f" (the batch box stops at {self.n_train}, the training set's size: a larger number is cut to it)"
-               if int(self.batch.value) >= self.n_train else "")
+        if int(self.batch.value) < limit:
+            cut = ""
+        elif self.mode.value == "per replica":
+            cut = (f" (per replica, the batch box stops at {limit}: {limit} x {self.replicas.value} replica(s) "
+                   f"stays within the {self.n_train} training samples; a larger number is cut to it)")
+        else:
+            cut = f" (the batch box stops at {limit}, the training set's size: a larger number is cut to it)"
         self.split.value = (f"<p>{self.n_train} training samples, global batch {self.global_batch()} over "
                             f"{self.replicas.value} replica(s): {steps}{cut}.</p>" + render_plan(plan))
 

@@ -89,6 +89,9 @@ def nb00_cpu_devices(answer: Any) -> Verdict:
     from ..devices import mode_for
 
     form = "Give a list of two numbers: [physical, logical]."
+    if isinstance(answer, (set, frozenset)):      # {8, 1} is {1, 8}: a set cannot say which number is which
+        return verdict(answer, False, "", "", form="A set has no order, so it cannot say which number is the physical "
+                       "count: give a list of two numbers, [physical, logical].")
     got = read(answer, "int_list", form=form)
     if got.refusal is not None:
         return got.refusal

@@ -1,19 +1,39 @@
 """Exercise checks of notebook 01."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._common import Verdict, read, verdict
 
 _NUMBER = "Give a whole number, e.g. 3."
+# TensorFlow's device names ('/GPU:5', 'GPU:5', '/device:GPU:5'): the numbering these exercises tell apart from CUDA's
+_TF_NAME = re.compile(r"^\s*['\"]?\s*(/?(job:\S+/)?device:)?/?gpu\s*:\s*\d+", re.I)
+_NONE = re.compile(r"(none|zero|nothing|no|no gpus?|no devices?|zero gpus?|0 gpus?|none of them|not one)")
+
+
+def _tf_name(answer: Any) -> bool:
+    return isinstance(answer, str) and bool(_TF_NAME.match(answer))
+
+
+def _none_as_zero(answer: Any) -> Any:
+    """'none', 'no GPUs', 'zero' read as 0 (the answer to a count can be no GPU at all)."""
+    if isinstance(answer, str) and _NONE.fullmatch(re.sub(r"\s+", " ", answer.strip(" '\".").lower())):
+        return 0
+    return answer
 
 
 def nb01_physical_behind(answer: Any) -> Verdict:
     """With CUDA_VISIBLE_DEVICES=3,5 on an 8-GPU server, which CUDA GPU is TensorFlow's /GPU:1? (Not 3,1: there
     the answer, 1, is also what a reader who expects no renumbering says.) 'CUDA GPU 5' and 'GPU 5', as the
-    question and the solution say it, read as 5."""
+    question and the solution say it, read as 5; a TensorFlow device name ('/GPU:5', 'GPU:5') is refused with a hint:
+    telling the two numberings apart is the point of the exercise."""
     from ..visibility import parse_cuda_visible_devices
 
+    if _tf_name(answer):
+        return verdict(answer, False, "", f"{answer.strip()!r} is a TensorFlow device name, the numbering this "
+                       "question asks you to translate: in that process TensorFlow's devices are /GPU:0 and /GPU:1. "
+                       "Give the CUDA GPU's number, e.g. 3 or 'CUDA GPU 3'.")
     got = read(answer, "int", words=("cuda", "gpu", "physical", "device"),
                form="Give the CUDA GPU's number, e.g. 3 or 'CUDA GPU 3'.")
     if got.refusal is not None:
@@ -27,9 +47,11 @@ def nb01_physical_behind(answer: Any) -> Verdict:
 
 
 def nb01_count_with_garbage(answer: Any) -> Verdict:
-    """How many GPUs does a process see with CUDA_VISIBLE_DEVICES=3,1,3 on an 8-GPU server?"""
+    """How many GPUs does a process see with CUDA_VISIBLE_DEVICES=3,1,3 on an 8-GPU server? ('none', 'no GPUs' and
+    'zero' read as 0.)"""
     from ..visibility import parse_cuda_visible_devices
 
+    answer = _none_as_zero(answer)
     got = read(answer, "int", words=("gpu", "device"), form=_NUMBER)
     if got.refusal is not None:
         return got.refusal
@@ -73,7 +95,11 @@ def nb01_visible_after_drop(answer: Any) -> Verdict:
 
 def nb01_smi_behind(answer: Any) -> Verdict:
     """On the explorer's imaginary server (nvidia-smi GPUs 4-7 are the faster model), CUDA_DEVICE_ORDER
-    unset: which nvidia-smi GPU does CUDA_VISIBLE_DEVICES=3 select? ('GPU 7' and 'nvidia-smi GPU 7' read as 7.)"""
+    unset: which nvidia-smi GPU does CUDA_VISIBLE_DEVICES=3 select? ('GPU 7' and 'nvidia-smi GPU 7' read as 7; a
+    TensorFlow device name such as '/GPU:7' is refused with a hint.)"""
+    if _tf_name(answer):
+        return verdict(answer, False, "", f"{answer.strip()!r} is a TensorFlow device name: in that process, which "
+                       "sees one GPU, TensorFlow calls it /GPU:0. Give the nvidia-smi GPU's number, e.g. 3 or 'GPU 3'.")
     got = read(answer, "int", words=("nvidia-smi", "gpu"), form="Give the nvidia-smi GPU's number, e.g. 3 or 'GPU 3'.")
     if got.refusal is not None:
         return got.refusal

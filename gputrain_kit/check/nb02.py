@@ -24,7 +24,7 @@ def nb02_steps_per_epoch(answer: Any) -> Verdict:
     """1438 training samples, global batch 384, 8 replicas: how many steps in one epoch (no drop_remainder)?"""
     from ..batching import plan_batches
 
-    got = read(answer, "int", words=("step",), form=_NUMBER)
+    got = read(answer, "int", words=("step", "per", "epoch", "in", "one", "an"), form=_NUMBER)   # '4 steps per epoch'
     if got.refusal is not None:
         return got.refusal
     right = len(plan_batches(1438, 384, 8))

@@ -13,7 +13,7 @@ def nb03_less_memory(answer: Any) -> Verdict:
 
     got = read(answer, "choice", choices=("data", "split"),
                aliases={"model": "split", "device": "split", "layer-split": "split", "layer": "split"},
-               words=("parallel", "parallelism", "way", "x", "2", "4", "on", "devices", "strategy"),
+               words=("parallel", "parallelism", "way", "x", "2", "4", "on", "devices", "strategy", "the", "a"),
                form="Answer 'data' or 'split'.")
     if got.refusal is not None:
         return got.refusal
@@ -45,8 +45,9 @@ def nb03_bubble(answer: Any) -> Verdict:
 
 def nb03_microbatches(answer: Any) -> Verdict:
     """Fewest micro-batches that bring the bubble of a 4-stage pipeline below 10%."""
-    got = read(answer, "int", words=("micro-batch", "microbatch"), form="Give a whole number of micro-batches, "
-               "such as 12.")
+    # 'M = 28' and 'at least 28' read too: the question asks for the fewest, so 'at least' names the same number
+    got = read(answer, "int", words=("micro-batch", "microbatch", "m", "at", "least"),
+               form="Give a whole number of micro-batches, such as 12.")
     if got.refusal is not None:
         return got.refusal
     value = got.value

@@ -23,6 +23,8 @@ def test_the_answers_are_what_the_kit_computes():
     ("nb01_smi_behind", [7, 7.0, np.int64(7), "7"], [3, 6, 2], [object(), "seven", [7], 7.5]),
     ("nb02_last_step_three", [[32, 32, 30], (32, 32, 30), np.array([32, 32, 30]), "32, 32, 30"],
      [[32, 32, 32], [30, 32, 32], [31, 31, 32]], [object(), 94, [32, 32], "thirty"]),
+    ("nb02_steps_per_epoch", [4, "4", "4 steps", "4 steps per epoch", "4 steps in one epoch"],
+     [3, 5, "5 steps per epoch", "3 steps per epoch"], [object(), "four", "4 steps per replica", [4]]),
     ("nb02_sample_weight", [0.25, "1/4", "25%", np.float32(0.25), np.array(0.25), "0.25"], [0.1, 1 / 8, 1],
      [object(), [0.25], "a quarter"]),
 ])

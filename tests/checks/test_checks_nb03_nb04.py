@@ -11,18 +11,18 @@ from gputrain_kit import check
 
 
 @pytest.mark.parametrize("answer", [28, 28.0, "28", " 28 ", np.int64(28), np.float32(28), np.array(28),
-                                    "28 micro-batches", "28 microbatches"])
+                                    "28 micro-batches", "28 microbatches", "at least 28", "M = 28", "m=28"])
 def test_nb03_microbatches_right_in_any_form(answer):
     assert check.nb03_microbatches(answer)
 
 
-@pytest.mark.parametrize("answer", [27, 29, 32, 1])
+@pytest.mark.parametrize("answer", [27, 29, 32, 1, "at least 27", "M = 29"])
 def test_nb03_microbatches_wrong_value_hints_without_the_answer(answer):
     result = check.nb03_microbatches(answer)
     assert not result and repr(result).startswith("Not yet.") and "28" not in repr(result)
 
 
-@pytest.mark.parametrize("answer", [[28], "many", 27.5, None, True])
+@pytest.mark.parametrize("answer", [[28], "many", 27.5, None, True, "at most 28", "not 28"])
 def test_nb03_microbatches_wrong_form_says_which_form(answer):
     result = check.nb03_microbatches(answer)
     assert not result and "Not a form this check reads" in repr(result) and "whole number" in repr(result)
@@ -106,7 +106,8 @@ def test_nb04_weight_group_wrong_form_and_unanswered(answer):
     assert "Not answered yet" in repr(check.nb04_weight_group(...))
 
 
-@pytest.mark.parametrize("answer", ["split", "Split", "model parallel", "model-parallelism", "layer split"])
+@pytest.mark.parametrize("answer", ["split", "Split", "model parallel", "model-parallelism", "layer split",
+                                    "the split", "a split", "the 2-way split"])
 def test_nb03_less_memory_reads_the_notebooks_own_names_for_a_split(answer):
     """The notebook's title says "Device (model) parallelism": a reader's 'model parallel' is a right answer."""
     assert check.nb03_less_memory(answer)
@@ -127,3 +128,55 @@ def test_nb03_the_question_s_own_wording_is_an_answer():
     assert check.nb03_less_memory("split x2") and check.nb03_less_memory("2-way split")
     wrong = check.nb03_less_memory("data x4")
     assert not wrong and repr(wrong).startswith("Not yet.")
+
+
+@pytest.mark.parametrize("answer", ["the data", "the data parallel", "data parallel on 4 devices"])
+def test_nb03_less_memory_refuses_data_with_an_article_too(answer):
+    """'the split' reads (a reader's words); 'the data' must stay wrong, and negations stay refused."""
+    result = check.nb03_less_memory(answer)
+    assert not result and repr(result).startswith("Not yet.")
+    for negated in ("not the split", "not data", "data, not split"):
+        assert not check.nb03_less_memory(negated) and "negates" in repr(check.nb03_less_memory(negated))
+
+
+@pytest.mark.parametrize("answer", ["epoch 7 to epoch 10", "Epoch 7 through epoch 10", "epoch 7 - epoch 10",
+                                    "epochs 7 to 10", "7-10"])
+def test_nb04_resumed_epochs_reads_a_range_with_the_word_before_each_end(answer):
+    assert check.nb04_resumed_epochs(answer)
+
+
+@pytest.mark.parametrize("answer", ["epoch 6 to epoch 10", "epoch 7 to epoch 9", "epoch 1 to epoch 10"])
+def test_nb04_resumed_epochs_refuses_a_wrong_range_in_words(answer):
+    result = check.nb04_resumed_epochs(answer)
+    assert not result and repr(result).startswith("Not yet.")
+
+
+@pytest.mark.parametrize("answer", ["reshuffle_each_iteration=False", "reshuffle_each_iteration = false",
+                                    "reshuffle_each_iteration: False",
+                                    "shuffle(1000, reshuffle_each_iteration=False)", False, "False"])
+def test_nb04_reshuffle_reads_the_argument_as_code(answer):
+    assert check.nb04_reshuffle(answer)
+
+
+def test_nb04_reshuffle_refuses_true_as_code_and_unreadable_forms():
+    result = check.nb04_reshuffle("reshuffle_each_iteration=True")
+    assert not result and repr(result).startswith("Not yet.")
+    assert "Not a form this check reads" in repr(check.nb04_reshuffle("reshuffle_each_iteration=maybe"))
+
+
+@pytest.mark.parametrize("answer", ["template", "template, not wrapper", "the template, not the wrapper",
+                                    "template not wrapper", "Template, but not the wrapper."])
+def test_nb04_what_to_save_reads_the_choice_and_the_one_not_chosen(answer):
+    assert check.nb04_what_to_save(answer)
+
+
+@pytest.mark.parametrize("answer", ["wrapper", "wrapper, not template", "the wrapper, not the template"])
+def test_nb04_what_to_save_refuses_the_wrapper_in_every_form(answer):
+    result = check.nb04_what_to_save(answer)
+    assert not result and repr(result).startswith("Not yet.")
+
+
+@pytest.mark.parametrize("answer", ["not wrapper", "not template", "template, not template"])
+def test_nb04_what_to_save_refuses_a_lone_negation(answer):
+    result = check.nb04_what_to_save(answer)
+    assert not result and "negates it" in repr(result)

@@ -163,3 +163,12 @@ def test_keras_37s_dropout_error_is_explained():
                 "please use a different aggregation or dtype")
     found = kit.explain(ValueError(recorded))
     assert found.key == "dropout-under-mirrored" and "keras>=3.8" in found.fix
+
+
+def test_the_checked_keras_versions_are_named_exactly():
+    """The open trap names the Keras versions it was reproduced on (3.6-3.12 and 3.15), never 3.13 or 3.14."""
+    jit = next(t for t in TRAPS if t.key == "jit-compile-under-mirrored")
+    assert jit.versions() == "every Keras 3 checked (3.6 to 3.12, and 3.15)"
+    assert "3.13" not in jit.versions() and "3.14" not in jit.versions()
+    line = next(c for c in doctor.check_known_traps("3.15.1") if jit.key in c.name)
+    assert "as every Keras 3 checked (3.6 to 3.12, and 3.15) do" in line.detail, line

@@ -330,3 +330,39 @@ def test_the_growth_before_split_cell_prints_the_line_the_h100_record_shows(caps
     child.values.update(took=531, used=531)
     exec(_notebook_cell("1c541d14"), {"GPU": True, "kit": fake_kit})
     assert capsys.readouterr().out.strip().endswith("(two 1024 MiB logical GPUs: the growth held)")
+
+
+def test_a_second_default_mirrored_strategy_collides_and_is_explained():
+    """Notebook 01 builds its own MirroredStrategy (default CollectiveAllReduce). Another model under the same
+    strategy trains, and so does one under a ReductionToOneDevice strategy; a second default strategy training a
+    model of another size reuses the first one's collective keys and fails, and kit.explain says so (not
+    BatchNormalization: the model has none)."""
+    proc = run_python("""
+        import json, gputrain_kit as k
+        k.setup(devices=4)
+        import tensorflow as tf, keras
+        (x, y), _ = k.data.digits()
+        def build(widths):
+            m = keras.Sequential([keras.Input((64,))] + [keras.layers.Dense(w) for w in widths])
+            m.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            return m
+        def fit(strategy, widths):
+            with strategy.scope():
+                m = build(widths)
+            try:
+                m.fit(x[:256], y[:256], batch_size=64, epochs=1, verbose=0)
+                return "trains"
+            except Exception as err:
+                return {"error": type(err).__name__, "key": k.explain(err).key, "text": str(k.explain(err))}
+        first = tf.distribute.MirroredStrategy(k.device_names())
+        out = {"first": fit(first, [64, 10]), "same strategy, other model": fit(first, [32, 16, 10]),
+               "ReductionToOneDevice": fit(k.training.strategy_for(4), [32, 16, 10]),
+               "second default": fit(tf.distribute.MirroredStrategy(k.device_names()), [32, 16, 10])}
+        print(json.dumps(out))
+    """)
+    out = last_json(proc)
+    assert out["first"] == out["same strategy, other model"] == out["ReductionToOneDevice"] == "trains", out
+    second = out["second default"]
+    assert second != "trains" and second["key"] == "collective-instance-collision", second
+    assert "BatchNormalization" not in second["text"] and "two models' gradient sizes" in second["text"]
+    assert "ReductionToOneDevice" in second["text"] and "restart the kernel" in second["text"].replace("\n", " ")

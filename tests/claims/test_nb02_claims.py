@@ -318,6 +318,7 @@ def test_scaling_explorer_headless():
 def test_nb02_exercise_checks():
     assert check.nb02_per_replica(48) and not check.nb02_per_replica(384)
     assert check.nb02_steps_per_epoch(4) and not check.nb02_steps_per_epoch(3)
+    assert check.nb02_steps_per_epoch("4 steps per epoch") and not check.nb02_steps_per_epoch("5 steps per epoch")
     assert check.nb02_last_step([36] * 7 + [34]) and not check.nb02_last_step([36] * 8)
     assert "Not answered" in repr(check.nb02_last_step(...))
 
@@ -363,3 +364,79 @@ def test_keras_and_tf_keras_have_no_multi_gpu_model():
     """)
     assert last_json(proc) == [False, False]
     assert not hasattr(keras.utils, "multi_gpu_model")
+
+
+def _nb02_prose() -> str:
+    """Notebook 02's markdown, whitespace collapsed (a quoted phrase may be broken over two lines)."""
+    import json
+    from pathlib import Path
+
+    cells = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "02_data_parallel.ipynb").read_text(
+        encoding="utf-8"))["cells"]
+    return " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
+
+
+def test_the_2020_post_is_quoted_as_it_concludes_and_the_accuracy_loss_is_read_from_its_table():
+    """Section 5: the post's third conclusion is about speed ("只有在增加gpu数量的同时，同步增加批次(batch)，模型的训练
+    速度才会提高": training gets faster only when the batch grows with the GPU count); the accuracy loss at fixed
+    epochs is in its table only, so the notebook presents it as its own reading, with the table's own numbers."""
+    from gputrain_kit.training import CSDN_2020_CIFAR10
+
+    prose = _nb02_prose()
+    assert "(3) training gets faster only when the batch grows with the GPU count" in prose
+    assert "real gift" not in prose and "(3) a bigger batch at a fixed number of epochs loses accuracy" not in prose
+    assert "this notebook's reading of the post's table, not one of the post's conclusions" in prose
+    table = {(gpus, batch): accuracy for gpus, batch, _, accuracy in CSDN_2020_CIFAR10}
+    for gpus, batch in ((1, 32), (1, 128), (4, 128), (4, 512)):
+        assert f"{table[gpus, batch]:g}% at batch {batch}" in prose, (gpus, batch)
+    assert table[1, 32] > table[1, 128] and table[4, 128] > table[4, 512]
+
+
+def test_the_reduction_exceptions_are_told_without_private_names_and_the_uneven_error_as_it_reads():
+    """Section 3 defines XLA where it names it and keeps TensorFlow's private method names out of the prose;
+    section 5 quotes the AddN error itself instead of an issue whose thread this course did not check."""
+    prose = _nb02_prose()
+    assert "XLA (TensorFlow's compiler for whole functions" in prose
+    for private in ("`_reduce_to`", "`_get_cross_device_ops`", "`reduce_to`"):
+        assert private not in prose, private
+    assert "keras-team/keras#19246" not in prose
+    assert '"Inputs to operation AddN ... must have the same size and shape"' in prose
+
+
+def test_scaling_explorer_caps_the_per_replica_batch_at_the_training_set():
+    """Per replica, the batch box stops at n_train // replicas: 1438 per replica on 4 replicas (a global 5752, one
+    partial step of 1438 split [360, 360, 360, 358]) was refused as 'uneven'; now it is cut to 359 and runs."""
+    proc = run_python("""
+        import json, warnings, gputrain_kit as kit
+        kit.setup(devices=4)
+        e = kit.widgets.ScalingExplorer(epochs=1, batch=256, mode="global")
+        e.batch.value = 5000
+        out = {"global_cut": [e.batch.value, e.batch.max]}
+        e.mode.value = "per replica"
+        out["switched"] = [e.batch.value, e.batch.max, e.global_batch()]          # 1438 per replica: cut to 359
+        e.batch.value = 256
+        out["per_replica_cut"] = [e.batch.value, e.batch.max, e.global_batch()]
+        e.batch.value = 1438
+        out["typed"] = [e.batch.value, e.global_batch()]
+        out["note"] = e.split.value
+        e.replicas.value = 1
+        out["one_replica"] = [e.batch.max, e.batch.value]
+        e.batch.value = 1438; e.replicas.value = 4
+        out["back_to_four"] = [e.batch.value, e.global_batch()]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            row = e.run()
+        out["row"], out["warnings"], out["status"] = row, [str(w.message) for w in caught], e.status.value
+        print(json.dumps(out))
+    """)
+    out = last_json(proc)
+    assert out["global_cut"] == [1438, 1438]                      # global: the training set's size
+    assert out["switched"] == [359, 359, 1436]
+    assert out["per_replica_cut"] == [256, 359, 1024]
+    assert out["typed"] == [359, 1436]
+    assert "per replica, the batch box stops at 359: 359 x 4 replica(s) stays within the 1438 training samples" \
+        in out["note"] and "the training set's size" not in out["note"]
+    assert out["one_replica"] == [1438, 359]
+    assert out["back_to_four"] == [359, 1436]
+    assert out["row"]["devices"] == "simulated" and out["row"]["global batch"] == 1436, out
+    assert out["status"] == "done." and out["warnings"] == []

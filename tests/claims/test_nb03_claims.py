@@ -233,6 +233,19 @@ def test_the_prose_says_which_data_parallelism_and_which_versions():
                    "A single doubling from 4 to 8 is not checked"):
         assert quoted in prose, quoted
     assert "within 0.1" not in prose
+    # ZeRO shards by stages: only stage 3 (and FSDP's full sharding) keeps 1/n of all three parts
+    assert "only stage 3, like PyTorch's FSDP with full sharding, keeps 1/n of all three" in prose
+    assert "stage 1 the optimizer slots, stage 2 the gradients as well, stage 3 the parameters as well" in prose
+    assert "ZeRO (DeepSpeed) and PyTorch's FSDP keep 1/n" not in prose
+    # data parallelism at a fixed global batch divides the activations and the temporaries (the table's rows)
+    assert "Only the two parts that grow with the batch shrink, the activations and the step's temporaries" in prose
+    assert "Only the activations shrink" not in prose
+    # section 4 is there, with the five parts it names, before the code that prints them
+    assert "## 4. What `MirroredStrategy` can and cannot fix" in prose
+    for part in ("**parameters**", "**gradient**", "**optimizer slots**", "**activations**", "**temporaries**"):
+        assert part in prose, part
+    # private Keras names are said to be private where they are used
+    assert "`StatelessScope` lives in `keras.src`" in prose and "`kernel._value` is the private field" in prose
     nb08 = " ".join("".join(c["source"]) for c in json.loads((Path(__file__).resolve().parents[2] / "notebooks" /
                                                               "08_memory_levers.ipynb").read_text())["cells"])
     assert "ZeRO" in nb08 and "FSDP" in nb08
@@ -337,12 +350,42 @@ def test_keras_distribution_on_tensorflow_runs_but_does_not_shard():
         keras.distribution.set_distribution(keras.distribution.ModelParallel(layout_map=layout))
         m = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)]); m.compile("sgd", "mse")
         m.fit(np.ones((8, 64)), np.ones((8, 10)), verbose=0)
-        out["shape"], out["device"] = list(m.layers[0].kernel.shape), short_device(m.layers[0].kernel.value.device)
+        kernel = m.layers[0].kernel
+        out["shape"], out["device"] = list(kernel.shape), short_device(kernel.value.device)
+        out["asked"] = list(keras.distribution.distribution().get_variable_layout(kernel).axes)
+        out["took"] = repr(kernel._layout)
         print(json.dumps(out))
     """)
     out = last_json(proc)
     assert out["devices"] == ["cpu:0", "cpu:1", "cpu:2", "cpu:3"]
     assert out["shape"] == [64, 10] and out["device"] == "CPU:0"   # whole kernel, one device: not sharded
+    # the distribution has a layout for the kernel, but a TensorFlow variable never asks for it
+    assert out["asked"] == [None, "model"] and out["took"] == "None"
+
+
+def test_only_jax_variables_ask_the_distribution_for_a_layout():
+    """Notebook 03 section 6: among the installed Keras's backends only JAX's variables call
+    ``get_variable_layout`` (``JaxVariable._initialize_layout``); the TensorFlow backend's distribution module
+    calls itself a prototype not to use; the notebook says so and no longer calls distribute_value a stub."""
+    import ast
+    import inspect
+    from pathlib import Path
+
+    import keras
+
+    backends = Path(keras.src.backend.__file__).parent
+    asking = sorted({path.relative_to(backends).parts[0] for path in backends.rglob("*.py")
+                     if not path.name.endswith("_test.py") and "get_variable_layout(" in path.read_text()})
+    assert asking == ["jax"]
+    jax_core = (backends / "jax" / "core.py").read_text()
+    assert "def _initialize_layout(self):" in jax_core and "distribution.get_variable_layout(self)" in jax_core
+    doc = " ".join(ast.get_docstring(ast.parse((backends / "tensorflow" / "distribution_lib.py").read_text())).split())
+    assert doc.startswith("!!!DO NOT USE!!!") and "just a prototype" in doc
+    from keras.src.backend.common import variables
+    assert "get_variable_layout" not in inspect.getsource(variables)
+    prose = _nb03_prose()
+    assert "only JAX's variables ask (`JaxVariable._initialize_layout`" in prose
+    assert "stub" not in prose and "distribute_value" not in prose
 
 
 def test_pipeline_schedule_and_timeline():
@@ -365,6 +408,9 @@ def test_pipeline_schedule_and_timeline():
 
 def test_nb03_exercise_checks():
     assert check.nb03_less_memory("split") and not check.nb03_less_memory("data")
+    assert check.nb03_less_memory("the split") and not check.nb03_less_memory("the data")
+    assert check.nb03_microbatches("at least 28") and check.nb03_microbatches("M = 28")
+    assert not check.nb03_microbatches("at least 27") and not check.nb03_microbatches("M = 29")
     assert check.nb03_bubble(3 / 11) and check.nb03_bubble(0.27) and not check.nb03_bubble(0.5)
     assert "Not answered" in repr(check.nb03_bubble(...))
 
@@ -482,3 +528,36 @@ def test_micro_batches_shrink_the_idle_share_on_simulated_devices(family):
         # busy loops on the cores the median of five swapped them in 2 of 10 runs of this test (0.169, 0.182)
         assert max(shares[1:]) < shares[0] and shares[3] < shares[1], (name, shares)
         assert busy[3] > busy[0], (name, busy)
+
+
+@pytest.mark.parametrize("family", ["onednn", "eigen"])
+def test_cpu_convolution_workspaces_are_left_out_of_the_estimate(family):
+    """Notebook 03 section 4: under Eigen an 8x8 one-channel image through one Conv2D(8) at batch 64 measures more
+    than ten times its estimate (Eigen's convolution takes a working buffer that does not shrink with the model);
+    under oneDNN the same model, and a larger CNN under both families, stay near or below theirs."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras, tensorflow as tf
+        from gputrain_kit.measure import measure_training_step
+        def cnn(side, channels, filters, batch):
+            layers = [keras.Input((side, side, channels))]
+            for f in filters:
+                layers += [keras.layers.Conv2D(f, 3, padding="same"), keras.layers.BatchNormalization(),
+                           keras.layers.ReLU()]
+            m = keras.Sequential(layers + [keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+            m.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            x, y = tf.random.uniform((batch, side, side, channels)), tf.zeros((batch,), tf.int32)
+            return measure_training_step(m, x, y)["total"] / kit.estimate_memory(m, batch_size=batch,
+                                                                                 optimizer="adam").peak
+        print(json.dumps({"tiny": cnn(8, 1, [8], 64), "cnn": cnn(32, 3, [32, 64], 64)}))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
+    r = last_json(proc)
+    if family == "eigen":
+        assert r["tiny"] > 10, r
+    else:
+        assert r["tiny"] < 1.2, r
+    assert r["cnn"] < 1.2, r
+    prose = _nb03_prose()
+    assert "on a CPU, TensorFlow's portable Eigen convolutions take a working buffer" in prose
+    assert "measures more than ten times its estimate" in prose
