@@ -22,7 +22,8 @@ from typing import Any
 
 from ._args import ArgumentTypeError, short
 
-__all__ = ["Collective", "Collectives", "read_collectives", "compiled_text", "train_step_text", "KINDS"]
+__all__ = ["Collective", "Collectives", "read_collectives", "compiled_text", "train_step_text", "train_step_memory",
+           "KINDS"]
 
 #: The collective kinds read, and the Scaling Book's time factor for each (times V / W).
 KINDS = {"all-gather": 1.0, "reduce-scatter": 1.0, "all-reduce": 2.0, "all-to-all": 0.25,
@@ -173,18 +174,13 @@ def compiled_text(fn: Any, *args: Any, **kwargs: Any) -> str:
     return str(jitted.lower(*args, **kwargs).compile().as_text())
 
 
-def train_step_text(model: Any, x: Any, y: Any) -> str:
-    """The compiled program of the training step that ``model.fit`` runs (Keras's JAX trainer: ``train_step``
-    jitted with the state's layouts as ``out_shardings``, as ``make_train_function`` does), for one batch
-    ``(x, y)`` laid out as the active distribution lays out batches. Nothing trains: the step is compiled, not run.
-    Call it inside the ``distribution.scope()`` the model was built in, on a compiled model (its optimizer is
-    built here if ``fit`` has not run yet)."""
+def _compiled_train_step(model: Any, x: Any, y: Any, func: str) -> Any:
+    """The compiled training step of ``train_step_text`` and ``train_step_memory``."""
     import jax
     import keras
 
     from .sharding import check_distributed
 
-    func = "train_step_text"
     try:
         check_distributed(model)                    # JAX, inside its scope, usable: or an error in words
     except ValueError as err:
@@ -208,4 +204,25 @@ def train_step_text(model: Any, x: Any, y: Any) -> str:
         model.metrics_variables))
     shardings = tuple([a.sharding for a in group] for group in state)
     step = jax.jit(model.train_step, out_shardings=(None, shardings))
-    return str(step.lower(state, tuple(batch)).compile().as_text())
+    return step.lower(state, tuple(batch)).compile()
+
+
+def train_step_text(model: Any, x: Any, y: Any) -> str:
+    """The compiled program of the training step that ``model.fit`` runs (Keras's JAX trainer: ``train_step``
+    jitted with the state's layouts as ``out_shardings``, as ``make_train_function`` does), for one batch
+    ``(x, y)`` laid out as the active distribution lays out batches. Nothing trains: the step is compiled, not run.
+    Call it inside the ``distribution.scope()`` the model was built in, on a compiled model (its optimizer is
+    built here if ``fit`` has not run yet)."""
+    return str(_compiled_train_step(model, x, y, "train_step_text").as_text())
+
+
+def train_step_memory(model: Any, x: Any, y: Any) -> dict[str, int]:
+    """What XLA plans for one device during the training step ``train_step_text`` compiles, in bytes, from the
+    compiled program's ``memory_analysis()``: ``arguments`` (the state and the batch slice it receives: what a
+    device holds between steps, and its batch), ``temporaries`` (what the step allocates while it runs: gathered
+    weights, activations, gradients) and ``step`` (the two together: a lower bound of the step's footprint on that
+    device; the new state it returns, as large as the state it received, comes on top where XLA does not reuse the
+    arguments' buffers). Same rules as ``train_step_text``."""
+    analysis = _compiled_train_step(model, x, y, "train_step_memory").memory_analysis()
+    arguments, temporaries = int(analysis.argument_size_in_bytes), int(analysis.temp_size_in_bytes)
+    return {"arguments": arguments, "temporaries": temporaries, "step": arguments + temporaries}

@@ -298,11 +298,12 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
         import keras
 
         if remat and not isinstance(model, keras.Sequential):
-            raise ArgumentTypeError(f"{func}: remat=True plans keras.Sequential models, recomputed in segments of "
-                                    "consecutive layers (kit.memory.rematerialize, what measure_memory(remat=True) "
-                                    f"runs); {short(model)} is a {type(model).__name__}, whose branches and residual "
-                                    "connections have no such segments. Wrap consecutive layers in keras.remat by "
-                                    "hand and measure it, or plan a profile (kit.memory.profile(model)) as a chain.")
+            raise ArgumentTypeError(f"{func}: remat=True plans keras.Sequential models only, recomputed in segments "
+                                    "of consecutive layers (kit.memory.rematerialize, what measure_memory(remat=True) "
+                                    f"runs); got {short(model)}, a {type(model).__name__}, not a keras.Sequential "
+                                    "(a functional or subclassed model's layers need not run one after the other). "
+                                    "Fix: rebuild it as a keras.Sequential, or wrap consecutive layers in keras.remat "
+                                    "by hand and measure it, or plan a profile (kit.memory.profile(model)) as a chain.")
     flash_attention = require_bool(func, "flash_attention", flash_attention)
     scores = sum(s.scores for s in stats if s.kind in ("MultiHeadAttention", "GroupQueryAttention"))
     if flash_attention:

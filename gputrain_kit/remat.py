@@ -18,12 +18,33 @@ def remat_checkpoints(n_layers: int) -> list[int]:
     return [i for i in range(n_layers) if (i + 1) % size == 0 or i == n_layers - 1]
 
 
+def _seed_generators(layers) -> list:
+    """The SeedGenerators (Keras's source of randomness: Dropout, GaussianNoise, the random augmentation
+    layers) of these layers and the layers nested in them."""
+    found: list = []
+    for layer in layers:
+        for sub in layer._flatten_layers(include_self=True):
+            for generator in getattr(sub, "_seed_generators", []):
+                if all(generator is not known for known in found):
+                    found.append(generator)
+    return found
+
+
 def _remat_segment_class():
     import keras
 
     class RematSegment(keras.layers.Layer):
         """Consecutive layers whose activations are recomputed in the backward pass (``keras.remat``,
-        which is ``tf.recompute_grad`` on TensorFlow), so that only the segment's input is kept."""
+        which is ``tf.recompute_grad`` on TensorFlow), so that only the segment's input is kept.
+
+        The recomputation must compute what the forward pass computed. So ``training`` reaches every
+        layer (BatchNormalization normalizes with the batch's statistics, Dropout drops), and both passes
+        run in a ``keras.StatelessScope`` that starts every SeedGenerator of the segment from the state
+        it had before the forward pass: Dropout draws the same mask again (``tf.recompute_grad`` alone
+        draws a new one). The forward pass's updates (moving statistics, seed states) are written back
+        once; the recomputation's are dropped, so BatchNormalization's moving statistics move once per
+        step, not twice. Randomness drawn outside a SeedGenerator (``tf.random`` ops in your own layer)
+        is not replayed."""
 
         def __init__(self, layers, **kwargs):
             super().__init__(**kwargs)
@@ -36,15 +57,34 @@ def _remat_segment_class():
                     layer.build(shape)
                 shape = layer.compute_output_shape(shape)
 
-        def _forward(self, x):
+        def _forward(self, x, training):
             for layer in self.inner:
-                x = layer(x)
+                x = layer(x, training=training)
             return x
 
-        def call(self, x):
+        def call(self, x, training=None):
+            generators = _seed_generators(self.inner)
+            start = [(g.state, keras.ops.copy(g.state.value)) for g in generators]
+            updated = [v for layer in self.inner for v in layer.non_trainable_variables]
+            updated += [g.state for g in generators if all(g.state is not v for v in updated)]
+            runs: list[int] = []
+
+            def segment(x):
+                # keras.remat calls this once for the forward pass, then again for each recomputation.
+                first = not runs
+                runs.append(1)
+                with keras.StatelessScope(state_mapping=start) as scope:
+                    y = self._forward(x, training)
+                if first:
+                    for variable in updated:
+                        value = scope.get_current_value(variable)
+                        if value is not None:
+                            variable.assign(value)
+                return y
+
             # Positional arguments only: TensorFlow's custom_gradient refuses keyword arguments in a
             # traced function, which is why keras.RematScope fails on this backend.
-            return keras.remat(self._forward)(x)
+            return keras.remat(segment)(x)
 
         def compute_output_shape(self, input_shape):
             for layer in self.inner:
@@ -57,7 +97,9 @@ def _remat_segment_class():
 def rematerialize(model: Any):
     """A Sequential model rebuilt as segments of ceil(sqrt(layers)) layers, each recomputed in the
     backward pass: the form of recomputation that works on the TensorFlow backend (``keras.RematScope``
-    fails there). The layers (and their weights) are the same objects."""
+    fails there). The layers (and their weights) are the same objects. The gradients are the plain model's
+    with ``training=True`` too: BatchNormalization and Dropout recompute what the forward pass computed
+    (see ``RematSegment``); randomness drawn outside a Keras SeedGenerator is not replayed."""
     import keras
 
     if not isinstance(model, keras.Sequential):

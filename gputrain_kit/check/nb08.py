@@ -1,6 +1,7 @@
 """Exercise checks of notebook 08."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._common import Verdict, read, unit_slip, verdict
@@ -39,6 +40,12 @@ def _bf16_emulated() -> bool:
     from .. import cpu_kernels
 
     return not cpu_kernels.bf16_by_onednn(cpu_kernels.expected_family())
+
+
+def _keyword_form(answer: Any) -> Any:
+    """A string answer written as code, 'accumulation_steps=16' or 'n_devices=4', with the underscores between
+    words read as spaces, so that the answer reader sees the words; anything else as it is."""
+    return re.sub(r"(?<=[A-Za-z])_(?=[A-Za-z])", " ", answer) if isinstance(answer, str) else answer
 
 
 def nb08_measured_peak(answer: Any, *, tolerance: float = PEAK_TOLERANCE) -> Verdict:
@@ -93,8 +100,10 @@ def nb08_measured_peak(answer: Any, *, tolerance: float = PEAK_TOLERANCE) -> Ver
 def nb08_accumulation_to_fit(answer: Any) -> Verdict:
     """The full model, Adam, float32, one device: the fewest accumulation steps (a power of 2) that fit a
     12 GB card."""
-    # 'x8', '8 accumulation steps', 'accumulation x8', '×8': the notebook's own forms
-    got = read(answer, "int", words=("accumulation", "step", "x"), form="Give a whole number of steps, such as 2.")
+    # 'x8', '8 accumulation steps', 'accumulation x8', '×8': the notebook's own forms; and as code,
+    # 'accumulation_steps=8', 'gradient_accumulation_steps=8', 'k=8' (section 6's name for it)
+    got = read(_keyword_form(answer), "int", words=("accumulation", "gradient", "step", "x", "k"),
+               form="Give a whole number of steps, such as 2.")
     if got.refusal is not None:
         return got.refusal
     value = got.value
@@ -117,7 +126,7 @@ def nb08_devices_without_zero(answer: Any) -> Verdict:
     """The full model, Adam, float32, plain data parallelism (no ZeRO): the fewest devices whose 12 GB
     cards each hold their share, among the counts that divide the global batch (Keras 3's fit refuses an
     uneven first step: notebook 02)."""
-    got = read(answer, "int", words=("device", "gpu", "replica", "card"), form="Give a whole number of devices, "
+    got = read(_keyword_form(answer), "int", words=("device", "gpu", "replica", "card", "n", "num"), form="Give a whole number of devices, "
                "such as 2.")
     if got.refusal is not None:
         return got.refusal

@@ -179,3 +179,15 @@ def test_measured_peak_really_measures_the_twin():
     verdict = check.nb08_measured_peak(mb)
     measured = float(re.search(r"in a fresh process: (\d+) MB", repr(verdict)).group(1))
     assert verdict and 0.9 * mb < measured < 3 * mb
+
+@pytest.mark.parametrize("answer", [f"accumulation_steps={ACC}", f"k={ACC}", f"gradient_accumulation_steps = {ACC}",
+                                    f"k = {ACC}"])
+def test_accumulation_to_fit_reads_the_keyword_forms(answer):
+    """Exercise 2 accepts name=value as exercise 3 accepts 'devices=4' (review of notebook 08)."""
+    assert check.nb08_accumulation_to_fit(answer)
+    assert not check.nb08_accumulation_to_fit(answer.replace(str(ACC), str(ACC // 2)))
+
+
+@pytest.mark.parametrize("answer", [f"devices={DEV}", f"n_devices={DEV}", f"num_devices = {DEV}"])
+def test_devices_without_zero_reads_the_keyword_forms(answer):
+    assert check.nb08_devices_without_zero(answer)

@@ -1,0 +1,38 @@
+"""Notebook 09, section 4 (review of notebooks 08/09): FSDP divides what a device holds between steps by about 8,
+but XLA's compiled step (which keeps the gathered kernels for the backward pass) needs far less than 8x less."""
+from __future__ import annotations
+
+
+def test_fsdp_divides_the_held_state_by_8_but_not_the_compiled_step():
+    from conftest import last_json, run_python
+
+    out = last_json(run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=8, backend="jax")
+        import numpy as np, keras
+        from keras import distribution
+        mesh = distribution.DeviceMesh(shape=(8,), axis_names=["batch"], devices=distribution.list_devices())
+        def mlp():
+            return keras.Sequential([keras.Input((256,)), keras.layers.Dense(512, activation="relu", name="d1"),
+                                     keras.layers.Dense(512, activation="relu", name="d2"),
+                                     keras.layers.Dense(16, name="d3")], name="mlp")
+        rng = np.random.default_rng(0)
+        x, y = rng.normal(size=(1024, 256)).astype("float32"), rng.integers(0, 16, 1024)
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        fsdp_map = distribution.LayoutMap(mesh)
+        fsdp_map["(.*/)?d[0-9]+/kernel"] = ("batch", None)
+        out = {}
+        for name, scheme in (("dp", distribution.DataParallel(device_mesh=mesh)),
+                             ("fsdp", distribution.ModelParallel(layout_map=fsdp_map, batch_dim_name="batch"))):
+            with scheme.scope():
+                model = mlp()
+                model.compile(optimizer="adam", loss=loss)
+                step = kit.collectives.train_step_memory(model, x, y)       # builds the optimizer, as in the notebook
+                out[name] = {"held": kit.sharding.bytes_per_device(model, include_optimizer=True)["cpu:0"], **step}
+        print(json.dumps(out))
+    """, env={"CUDA_VISIBLE_DEVICES": ""}))
+    dp, fsdp = out["dp"], out["fsdp"]
+    assert 7.5 < dp["held"] / fsdp["held"] < 8.1, out
+    assert fsdp["temporaries"] > dp["temporaries"], out              # the gathered kernels, kept for the backward
+    assert 1.2 < dp["step"] / fsdp["step"] < 4, out                   # far from 8x
+    assert dp["step"] == dp["arguments"] + dp["temporaries"]
