@@ -77,7 +77,8 @@ def node_devices(function_names: Iterable[str], default: str,
     node path -> the traced function it belongs to.
 
     Limit: a variable op that requests a device other than its variable's runs where the variable
-    lives (TensorFlow colocates them) but is shown where it was requested; create each variable on
+    lives (TensorFlow colocates them) but is shown here where it was requested (``device_activity`` moves it to
+    the variable's device when the trace shows a read of that variable sending from there); create each variable on
     the device that uses it (notebook 03) and the two agree. ``defaulted``, when given, is filled with the
     paths of the ops (not variable ops) that got ``default`` because nothing requested a device for them.
     """

@@ -15,8 +15,13 @@ trace it wrote (an XSpace, ``*.xplane.pb``) and deletes the folder. What it read
   which is where TensorFlow's placer puts it. The one device the trace does record is the sender's, on
   each cross-device copy (``_Send``): when the ops that got the default are seen sending from one other
   recorded device (a ``tf.device`` scope inside the block), that device becomes the function's default.
-  ``tests/unit/test_activity.py`` pins this rule to the installed TensorFlow by comparing it with the
-  partition graphs TensorFlow reports for the same function, with and without a scope.
+  Ops that read or update a variable (``ReadVariableOp``, ``AssignVariableOp``, ...) are the exception
+  to the scope: TensorFlow runs them where the variable lives. The trace records that device for every
+  read whose value another device uses; every op on the same variable handle is put there too. (Where no
+  read of a variable sends anything, its ops keep the device inferred above.)
+  ``tests/unit/test_activity.py`` and ``tests/unit/test_activity_scope.py`` pin these rules to the
+  installed TensorFlow by comparing them, op by op, with the partition graphs TensorFlow reports for
+  the same function, with and without a scope.
 - **Input pipeline.** Work on the ``tf.data`` threads is kept apart as the input row.
 - **GPUs.** On a GPU the profiler also writes one plane per physical GPU (``/device:GPU:N``) whose
   stream lines hold the kernels that really ran there; when each logical device is a whole GPU,
@@ -44,8 +49,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from ._args import short
-from ._trace import (_default_device, _function_names, _gpu_intervals, _host_intervals, _logical_gpu_intervals,
-                     merge, node_devices, sent_from)
+from ._trace import (_RESOURCE_OP, _default_device, _function_names, _gpu_intervals, _host_intervals,
+                     _logical_gpu_intervals, merge, node_devices, sent_from)
 from .placement import normalize_device
 
 __all__ = ["device_activity", "DeviceActivity", "ProfilerBusyError", "merge", "overlap_seconds", "op_kind"]
@@ -260,10 +265,37 @@ class DeviceActivity:
                 f"share of compute: {shares}")
 
 
+def _variable_ops(function_names: Iterable[str]) -> list[list[str]]:
+    """The node paths of the variable ops of the given functions (eager context), grouped by the variable each
+    acts on: the handle that is its first input, within one function body (a called function's handle is its own
+    argument, so its ops form groups of their own)."""
+    from tensorflow.python.eager import context
+
+    ctx = context.context()
+    groups: dict[tuple[str, str], list[str]] = {}
+
+    def walk(name: str, prefix: str, depth: int) -> None:
+        try:
+            fdef = ctx.get_function_def(name)
+        except Exception:       # a tf.data function: not in the eager context's library
+            return
+        for node in fdef.node_def:
+            if _RESOURCE_OP.fullmatch(node.op) and node.input:
+                handle = node.input[0].lstrip("^").split(":", 1)[0]
+                groups.setdefault((prefix, handle), []).append(prefix + node.name)
+            for attr in node.attr.values():
+                if attr.func.name and depth < 20:
+                    walk(attr.func.name, prefix + node.name + "/", depth + 1)
+
+    for name in function_names:
+        walk(name, "", 0)
+    return list(groups.values())
+
+
 class device_activity:
     """Record when each op ran during the ``with`` block, with TensorFlow's profiler, and on which device (inferred
     as the placer decides it: the op's requested device, else the ``tf.device`` scope of the call, else device 0;
-    the profiler records no device for an op).
+    an op that reads or updates a variable, where the variable lives; the profiler records no device for an op).
 
     >>> with device_activity() as activity:          # doctest: +SKIP
     ...     model.fit(x, y, batch_size=256, epochs=1, verbose=0)
@@ -351,6 +383,14 @@ class device_activity:
             if len(seen) == 1 and (moved := seen.pop()) != default and moved in devices:
                 found = node_devices([name], moved, functions)
             nodes.update(found)
+        # A variable op runs where its variable lives, whatever device it asked for or its scope named. The trace
+        # records that device for every read whose value another device uses (its _Send): every op on the same
+        # variable (the same handle, in the same function) goes there too, its updates included.
+        for group in _variable_ops(_function_names(plane)):
+            where = {sent[path] for path in group if path in sent}   # one outside ``devices``: left out, counted
+            if len(where) == 1:
+                device = where.pop()
+                nodes.update((path, device) for path in group)
         return nodes
 
     def _read(self, tf: Any) -> None:

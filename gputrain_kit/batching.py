@@ -171,6 +171,11 @@ def plan_verdict(plan: list[list[int]]) -> str:
         steps = len({s for s, _ in empty}) - 1
         others = (f", and {steps} more step{'s' if steps > 1 else ''} leave{'' if steps > 1 else 's'} a replica "
                   "without data" if steps else "")
+        if step == 0:       # an empty replica in step 1 is also an uneven first step, which fit checks first
+            return (f"step 1 gives {who} no data{others}: Keras 3 fit refuses such a first step (its replicas' "
+                    "batches differ in size) before any update; a custom loop (strategy.run) runs it, and there "
+                    "BatchNormalization writes NaN into each empty replica's copy of the moving statistics "
+                    "(notebook 05). Use a global batch that is a multiple of the replica count.")
         return (f"step {step + 1} gives {who} no data{others}: with BatchNormalization that step "
                 "writes NaN into each empty replica's copy of the moving statistics (silently), with its default "
                 "scale=True the NaN can then reach every replica's weights, and a conv net may crash fit "

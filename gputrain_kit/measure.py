@@ -37,9 +37,19 @@ def measure_training_step(model: Any, x: Any, y: Any) -> dict[str, int]:
 
     from .placement import short_device
 
+    if not hasattr(model, "train_on_batch") or not hasattr(model, "weights"):
+        raise ArgumentTypeError(f"measure_training_step: model must be a built, compiled Keras model, got "
+                                f"{short(model)}.")
     optimizer = getattr(model, "optimizer", None)
-    if optimizer is None or not model.weights:
-        raise ValueError("measure_training_step: pass a built, compiled Keras model (model.compile(...)).")
+    name = getattr(model, "name", "?")
+    fixes = []
+    if not model.weights:
+        fixes.append(f"the model {name!r} is not built yet (it has no weights): build it with "
+                     "model.build(input_shape), or call it once on a batch (model(x[:1]))")
+    if optimizer is None:
+        fixes.append(f"the model {name!r} is not compiled: call model.compile(optimizer=..., loss=...) first")
+    if fixes or optimizer is None:
+        raise ValueError("measure_training_step: pass a built, compiled Keras model; " + "; and ".join(fixes) + ".")
     model.train_on_batch(x, y)
     device = short_device(getattr(model.weights[0], "value", model.weights[0]).device)
     require_allocator_stats("measure_training_step", device)

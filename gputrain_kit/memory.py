@@ -255,7 +255,7 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
       float32 accumulator per trainable parameter; the update happens every ``accumulation_steps`` steps.
     - ``zero_stage`` (data parallel only): 1 shards optimizer slots, 2 also gradients (and accumulators),
       3 also parameters over the devices (ZeRO, Rajbhandari et al. 2020). Keras 3 on TensorFlow has no ZeRO
-      (TensorFlow's DTensor can shard variables, but Keras 3 does not use it): this is a model of what
+      (its TensorFlow distribution backend is a prototype that never lays a variable out): this is a model of what
       DeepSpeed, PyTorch FSDP or Keras's own ``keras.distribution`` on JAX do, and it costs
       communication (stage 1-2: a reduce-scatter of gradients and an all-gather of parameters per step
       instead of one all-reduce; stage 3: parameters gathered again for every layer, forward and backward).
@@ -345,8 +345,9 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
 
             empty = devices - per_step_batch
             warnings.warn(f"{func}: a step of {per_step_batch} sample(s) on devices={devices} leaves {empty} replica(s) "
-                          "with no sample in every step (notebook 05's trap: BatchNormalization's statistics turn "
-                          f"NaN there). Use a global batch of at least {devices}, a multiple of it.", UserWarning,
+                          "with no sample in every step: Keras 3's fit refuses such a first step (notebook 02), a custom "
+                          "loop runs it and BatchNormalization's statistics turn NaN there (notebook 05). Use a "
+                          f"global batch of at least {devices}, a multiple of it.", UserWarning,
                           stacklevel=2)
         per_device = [usage(stats, s) for s in shares]
     levers = []

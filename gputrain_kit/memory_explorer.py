@@ -325,7 +325,8 @@ class MemoryExplorer:
         elif self.strategy.value == "data" and step < devices:
             empty = devices - step
             notes.append(f"{of_step or f'A global batch of {batch:,}'} on {devices} devices: {empty} of them get no "
-                         "sample in every step (notebook 05's trap: BatchNormalization's statistics turn NaN there). "
+                         "sample in every step: Keras 3's fit refuses such a first step (notebook 02), a custom loop runs it "
+                         "and BatchNormalization's statistics turn NaN there (notebook 05). "
                          f"Move the batch to at least {devices * steps:,}"
                          + (" or use fewer accumulation steps." if steps > 1 else "."))
         elif self.strategy.value == "data" and step % devices:

@@ -84,8 +84,9 @@ CROSS_DEVICE_OPS = {
 
 def reduction_in_use(strategy: Any) -> str:
     """The all-reduce a MirroredStrategy was *configured* with, e.g. 'CollectiveAllReduce (RING)': the op that
-    all-reduces float values such as the gradients. ``reduce_to`` / ``strategy.reduce`` to a CPU (every one on CPU
-    devices) and every int32 value go through ``ReductionToOneDevice`` whatever is configured
+    all-reduces float values such as the gradients. A ``reduce_to`` / ``strategy.reduce`` whose destinations are
+    not exactly the replicas' devices (with 2 or more replicas, every reduction to one place, even to a replica's
+    own GPU) or include a CPU, and every int32 value, go through ``ReductionToOneDevice`` whatever is configured
     (``mirrored_strategy.py``: ``_reduce_to``, ``_get_cross_device_ops``); ``kit.training.record_reductions()``
     shows which op ran each reduction.
 

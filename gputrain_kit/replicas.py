@@ -179,17 +179,66 @@ class ReplicaHealthError(RuntimeError):
 
 
 class EmptyReplicaWarning(UserWarning):
-    """The batch plan gives some replica zero samples in some step."""
+    """The batch plan gives some replica zero samples in some step (where ``fit``'s first step already splits
+    unevenly, the message says first that ``fit`` refuses it)."""
 
 
 class UnevenBatchWarning(UserWarning):
     """The first step gives the replicas different batch sizes, which Keras 3's ``fit`` refuses (notebook 02)."""
 
 
+def _replicas_named(replicas: list[int]) -> str:
+    return (f"replica {replicas[0]}" if len(replicas) == 1 else
+            "replicas " + ", ".join(map(str, replicas[:-1])) + f" and {replicas[-1]}")
+
+
+def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int) -> str:
+    """For the ``"dataset"`` path (``fit``, ``experimental_distribute_dataset``): what ``fit`` does with a plan whose
+    first step splits unevenly (it refuses it at that step, notebook 02) and what a custom loop meets instead;
+    "" when the first step splits evenly. An empty replica in a first step makes it uneven too, so a global batch
+    that leaves a replica empty in every step never reaches BatchNormalization in ``fit``."""
+    if not plan or len(set(plan[0])) == 1:
+        return ""
+    text = (f"Keras 3 fit refuses this at its first step, before any BatchNormalization update: step 1 splits "
+            f"{plan[0]}, and fit starts by averaging the replicas' first batches, which needs equal sizes "
+            "(InvalidArgumentError: Inputs to operation AddN ... must have the same size and shape; notebook 02, "
+            "section 5).")
+    below = global_batch - global_batch % replicas
+    choices = f"{below} or {below + replicas}" if below else f"{replicas} or {2 * replicas}"
+    every = [i for i, size in enumerate(split_batch(global_batch, replicas)) if size == 0]
+    full_steps = sum(1 for sizes in plan if sum(sizes) == global_batch)
+    empty = empty_slots(plan)
+    loop = "A custom loop (strategy.run over experimental_distribute_dataset) accepts it"
+    if every and full_steps:
+        text += (f" {loop}, and there a global batch of {global_batch} over {replicas} replicas leaves "
+                 f"{_replicas_named(every)} empty in every full step, drop_remainder or not: BatchNormalization "
+                 "writes NaN into the empty replica's copy of the moving statistics at the first step (notebook 05). "
+                 f"Fix: a global batch that is a multiple of the replica count ({choices}): drop_remainder, "
+                 "repeat() and padding cannot help.")
+    elif empty:
+        step = empty[0][0]
+        text += (f" {loop}; there step {step + 1} gives {_replicas_named([r for s, r in empty if s == step])} no "
+                 "data, and BatchNormalization writes NaN into that replica's copy of the moving statistics "
+                 f"(notebook 05). Fix: a global batch that is a multiple of the replica count ({choices}), with "
+                 "fixed-size batches (drop_remainder=True on the global batch, or repeat() with steps_per_epoch).")
+    else:
+        text += (f" {loop} (a replica with fewer samples waits for the others). Fix: a global batch that is a "
+                 f"multiple of the replica count ({choices}).")
+    samples = sum(plan[0])
+    if samples < global_batch:           # the data fill no whole step: the batch is not what to change first
+        fits = samples - samples % replicas
+        text = text[:text.rindex(" Fix: ")] + (
+            f" Fix: the {samples} samples fill no whole global batch of {global_batch}: "
+            + (f"a global batch of at most {fits} that is a multiple of the replica count, or more data."
+               if fits else "more data (at least one sample per replica)."))
+    return text
+
+
 def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_remainder: bool = False,
                      *, via: str = "dataset") -> list[list[int]]:
-    """Warn (EmptyReplicaWarning) before training when some step leaves a replica with no data, and
-    (UnevenBatchWarning) when ``fit``'s first step would split unevenly, which Keras 3's ``fit`` refuses.
+    """Warn before training when ``fit``'s first step would split unevenly, which Keras 3's ``fit`` refuses at that
+    step (UnevenBatchWarning; EmptyReplicaWarning when some step also leaves a replica empty, as a custom loop
+    would meet it), and (EmptyReplicaWarning) when some later step leaves a replica with no data.
 
     ``via`` is the input path, as in ``plan_batches``: ``"dataset"`` for ``fit`` and
     ``experimental_distribute_dataset``, ``"function"`` for ``distribute_datasets_from_function``.
@@ -197,14 +246,9 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
     """
     via = input_path("check_batch_plan", via)
     plan = plan_batches(n_samples, global_batch, replicas, drop_remainder, via=via, _caller="check_batch_plan")
-    whole = [] if via != "dataset" else [i for i, size in enumerate(split_batch(global_batch, replicas)) if size == 0]
-    if plan and whole:                   # every full step leaves a replica empty: no batching fixes that
-        below = global_batch - global_batch % replicas
-        choices = f"{below} or {below + replicas}" if below else f"{replicas} or {2 * replicas}"
-        warnings.warn(plan_verdict(plan) + f" Fix: a global batch that is a multiple of the replica count ({choices}"
-                      f"): a global batch of {global_batch} over {replicas} replicas leaves replica "
-                      f"{whole[0]} empty in every step, so drop_remainder, repeat() and padding cannot help.",
-                      EmptyReplicaWarning, stacklevel=2)
+    refused = first_step_verdict(plan, global_batch, replicas) if via == "dataset" else ""
+    if refused:                          # fit stops at step 1, whatever the later steps hold
+        warnings.warn(refused, EmptyReplicaWarning if empty_slots(plan) else UnevenBatchWarning, stacklevel=2)
     elif not plan:                         # drop_remainder on fewer samples than one batch: nothing trains at all
         warnings.warn(f"drop_remainder=True leaves no step at all: {n_samples} samples do not fill one whole step "
                       f"of {global_batch} over {replicas} replicas, so every replica gets nothing and training runs "
@@ -217,8 +261,6 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
                       "BatchNormalization(synchronized=True) is no fix for empty steps (a conv net with it crashed "
                       "with oneDNN CPU kernels in notebook 05); use it against drift, with fixed-size batches.",
                       EmptyReplicaWarning, stacklevel=2)
-    elif via == "dataset" and len(set(plan[0])) > 1:
-        warnings.warn(plan_verdict(plan) + " (notebook 02, section 5)", UnevenBatchWarning, stacklevel=2)
     return plan
 
 

@@ -12,8 +12,9 @@ memory saved. ``check_layout_map`` makes that an error, before training.
 Two more silent or cryptic states, each refused here in words: a model built in ``distribution.scope()`` but
 used outside it (Keras then has no distribution, ``keras.distribution.distribution()`` is None, and ``fit``
 runs without cutting the batch, without a word: ``check_distributed``), and a model whose variables Keras
-lost when a ``fit`` or ``evaluate`` failed at its first step, e.g. on a batch the mesh cannot divide (every
-later use raises ``TypeError: 'NoneType' object is not callable``: every helper here says "rebuild it").
+lost when a step failed, e.g. on a batch the mesh cannot divide: the first step of a ``fit``, any step of an
+``evaluate`` or a ``predict``, the last partial batch included (every later use raises
+``TypeError: 'NoneType' object is not callable``: every helper here says "rebuild it").
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from typing import Any, Mapping
 from ._args import ArgumentTypeError, short
 
 __all__ = ["LayoutError", "bytes_per_device", "variable_layouts", "check_layout_map", "check_distributed",
-           "expected_bytes_per_device", "ShardingReport", "mesh_bytes", "MESHES_8"]
+           "expected_bytes_per_device", "ShardingReport", "mesh_bytes", "kernels_not_2d", "MESHES_8"]
 
 
 class LayoutError(ValueError):
@@ -41,10 +42,12 @@ def _require_model(func: str, model: Any) -> None:
 
 def _lost(variables: list[Any]) -> list[str]:
     """Paths of the variables whose value Keras dropped and never gave back. Keras on JAX detaches every value
-    at a step's start (``_purge_model_variables``) and reattaches them after it; when the first step of a
-    ``fit`` or ``evaluate`` raises (a batch the mesh cannot divide, a wrong label shape), nothing is
-    reattached: the value is None and, the variable being initialised long ago, so is its initializer, which
-    is what ``TypeError: 'NoneType' object is not callable`` at every later use means."""
+    when ``fit``, ``evaluate`` or ``predict`` starts its steps (``_purge_model_variables``) and reattaches the
+    last step's values when it ends (``jax_state_sync``). ``fit`` does so in a ``finally``, so only a failure at
+    its first step leaves nothing to reattach; ``evaluate`` and ``predict`` have no ``finally``: a failure at any
+    of their steps (a batch the mesh cannot divide, the last partial one included) reattaches nothing. The value
+    is then None and, the variable being initialised long ago, so is its initializer, which is what
+    ``TypeError: 'NoneType' object is not callable`` at every later use means."""
     return [v.path for v in variables
             if getattr(v, "_value", 0) is None and getattr(v, "_initializer", 0) is None]
 
@@ -58,12 +61,12 @@ def _usable(func: str, model: Any) -> None:
     lost = _lost(list(model.weights))
     if lost:
         raise ValueError(
-            f"{func}: model {model.name} is unusable after a failed fit: its variables are gone ({len(lost)} of "
-            f"{len(model.weights)}, e.g. {lost[0]!r}). Keras on JAX detaches them during a step and gives them back "
-            "only after one succeeds: a fit or evaluate whose first step failed (e.g. on a batch the mesh cannot "
-            "divide) loses them, and every use raises TypeError: 'NoneType' object is not callable, save included. "
-            "Fix: rebuild it (build, compile and fit it again inside distribution.scope()), with a batch that "
-            "divides.")
+            f"{func}: model {model.name} is unusable after a failed fit, evaluate or predict: its variables are "
+            f"gone ({len(lost)} of {len(model.weights)}, e.g. {lost[0]!r}). On JAX, fit loses them only when its "
+            "first step fails; evaluate and predict when any step fails, the last partial batch included (e.g. one "
+            "the mesh cannot divide). Every use then raises TypeError: 'NoneType' object is not callable. Fix: "
+            "rebuild it inside distribution.scope() and load the weights you saved before (or fit it again); give "
+            "every batch a size that divides over the mesh.")
 
 
 def _jax_model(func: str, model: Any) -> list[Any]:
@@ -331,16 +334,22 @@ MESHES_8 = ((8, 1), (4, 2), (2, 4), (1, 8))
 
 def mesh_bytes(variables: list[tuple[str, tuple[int, ...], int]], model_axis: int,
                shard_kernels: bool) -> tuple[int, int, list[str]]:
-    """(bytes per device, bytes of a full copy, variables that cannot be split) for ``variables`` (path, shape,
-    bytes per value) when every 2-D kernel's last axis is split over a "model" axis of ``model_axis`` devices
-    (``shard_kernels``) and everything else is replicated. A kernel whose columns do not divide evenly is named
-    and left replicated: JAX refuses an uneven split."""
+    """(bytes per device, bytes of a full copy, 2-D kernels whose columns cannot be split) for ``variables``
+    (path, shape, bytes per value) when every 2-D kernel's columns are split over a "model" axis of
+    ``model_axis`` devices (``shard_kernels``: the layout ``(None, "model")``, notebook 09) and everything else
+    stays whole. Only 2-D (Dense) kernels are split: ``(None, "model")`` cuts an array's axis 1, which in a
+    convolution's 4-D kernel is its width, not its output channels (``kernels_not_2d`` names those). A 2-D kernel
+    whose columns do not divide is named and counted whole: a LayoutMap that names it makes Keras raise
+    IndivisibleError when the model is built, so it must be left out of the map, and then it stays whole."""
+    if isinstance(model_axis, bool) or not isinstance(model_axis, int) or model_axis < 1:
+        raise ArgumentTypeError(f"mesh_bytes: model_axis must be the size of the mesh's 'model' axis, an int >= 1, "
+                                f"got {short(model_axis)}. Fix: pass e.g. 4 for a 2 x 4 (batch x model) mesh.")
     per_device = full = 0
     refused: list[str] = []
     for path, shape, itemsize in variables:
         size = math.prod(shape) * itemsize
         full += size
-        if shard_kernels and model_axis > 1 and path.endswith("kernel") and len(shape) >= 2:
+        if shard_kernels and model_axis > 1 and path.endswith("kernel") and len(shape) == 2:
             if shape[-1] % model_axis:
                 refused.append(f"{path}: {shape[-1]} columns over {model_axis}")
                 per_device += size
@@ -349,3 +358,10 @@ def mesh_bytes(variables: list[tuple[str, tuple[int, ...], int]], model_axis: in
         else:
             per_device += size
     return per_device, full, refused
+
+
+def kernels_not_2d(variables: list[tuple[str, tuple[int, ...], int]]) -> list[str]:
+    """The kernels among ``variables`` (path, shape, bytes per value) that ``mesh_bytes`` leaves whole because
+    they are not 2-D (a convolution's, an attention layer's): each as "path: N-D (shape)"."""
+    return [f"{path}: {len(shape)}-D {tuple(shape)}" for path, shape, _ in variables
+            if path.endswith("kernel") and len(shape) != 2]

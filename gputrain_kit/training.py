@@ -287,10 +287,11 @@ def record_reductions() -> Iterator[ReductionLog]:
     ``kit.parallel.reduction_in_use`` names) is not used for every reduction. In TensorFlow's
     ``mirrored_strategy.py`` (2.21): a ``reduce_to`` (``strategy.reduce``, which reduces to the host CPU unless a
     ``tf.device`` scope names another device, and reading a metric's per-replica variables) goes through
-    ``ReductionToOneDevice`` whenever a destination is a CPU or the destinations are not the value's own devices
-    (``_reduce_to``): on CPU devices, every one. Any int32 value goes through ``ReductionToOneDevice`` too, in
-    all-reduces as well (``_get_cross_device_ops``). The configured op runs the other all-reduces, such as the
-    gradients' sum, and a ``reduce_to`` onto the value's own GPUs. (Under XLA, on GPUs only, every reduction uses
+    ``ReductionToOneDevice`` whenever a destination is a CPU or the destinations are not exactly the value's own
+    devices (``_reduce_to``; ``_devices_match`` compares the two sets, so with 2 or more replicas every reduction to
+    one place, even to a replica's own GPU): on CPU devices, every one. Any int32 value goes through
+    ``ReductionToOneDevice`` too, in all-reduces as well (``_get_cross_device_ops``). The configured op runs the
+    other all-reduces, such as the gradients' sum, and a ``reduce_to`` onto all of the value's own GPUs. (Under XLA, on GPUs only, every reduction uses
     the collective.)
 
     It wraps ``tf.distribute.CrossDeviceOps.reduce`` and ``batch_reduce`` (the methods every cross-device op

@@ -321,7 +321,16 @@ class SplitExplorer:
         clamped = ""
         if int(self.n_samples.value) == self.n_samples.max:
             clamped = f" (the explorer takes at most {self.n_samples.max:,} samples)"
-        self.output.value = f"<p>{len(plan)} step(s) per epoch{clamped}.</p>" + render_plan(plan) + tip
+        shown = render_plan(plan)
+        if self.via.value == "dataset":    # fit refuses an uneven first step: say that, not what a later step does
+            from .batching import plan_verdict
+            from .replicas import first_step_verdict
+
+            refused = first_step_verdict(plan, int(self.global_batch.value), int(self.replicas.value))
+            if refused:
+                shown = shown.replace(f"<p>{html.escape(plan_verdict(plan))}</p>", f"<p>{html.escape(refused)}</p>")
+                tip = ""                   # its Fix says what to change; drop_remainder alone never is
+        self.output.value = f"<p>{len(plan)} step(s) per epoch{clamped}.</p>" + shown + tip
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -381,10 +390,12 @@ class ScalingModelExplorer:
 
 class MeshExplorer:
     """Notebook 09: 8 devices arranged as a (batch, model) mesh, and a model's variables laid out on it: how many
-    bytes each device holds, and which kernels cannot be split. ``variables``: (path, shape, bytes per value)
-    of each variable, e.g. ``[(v.path, tuple(v.shape), 4) for v in model.weights]``. Arithmetic only (the
-    notebook measures the same on real arrays). Headless: set ``.mesh`` / ``.shard`` values, read ``.per_device``
-    and ``.summary.value``."""
+    bytes each device holds when every 2-D (Dense) kernel's columns are cut over "model", and which kernels stay
+    whole (columns that do not divide, which Keras refuses to build; kernels that are not 2-D).
+    ``variables``: (path, shape, bytes per value) of each variable, e.g.
+    ``[(v.path, tuple(v.shape), 4) for v in model.weights]``. Arithmetic only (``sharding.mesh_bytes``; the
+    notebook measures the same on real arrays). Headless: set ``.mesh`` / ``.shard`` values, read
+    ``.per_device`` and ``.summary.value``."""
 
     def __init__(self, variables: list, mesh: tuple[int, int] = (2, 4), shard: bool = True):
         import ipywidgets as widgets
@@ -399,7 +410,7 @@ class MeshExplorer:
         self.variables = [(str(p), tuple(int(d) for d in s), int(b)) for p, s, b in variables]
         self.mesh = widgets.RadioButtons(options=[(f"{b} x {m}  (batch x model)", (b, m)) for b, m in MESHES_8],
                                          value=tuple(mesh), description="mesh", layout=widgets.Layout(width="auto"))
-        self.shard = widgets.Checkbox(value=shard, description="split each kernel's columns over 'model'",
+        self.shard = widgets.Checkbox(value=shard, description="split each 2-D kernel's columns over 'model'",
                                       indent=False)
         self.summary = widgets.HTML()
         self.per_device = 0
@@ -412,7 +423,7 @@ class MeshExplorer:
         import html
 
         from .plots import human_bytes
-        from .sharding import mesh_bytes
+        from .sharding import kernels_not_2d, mesh_bytes
 
         batch, model = self.mesh.value
         self.per_device, full, refused = mesh_bytes(self.variables, model, self.shard.value)
@@ -428,7 +439,13 @@ class MeshExplorer:
                    "(nothing is divided among them)" if model > 1 else
                    "each device computes its slice with its own full copy")]
         if refused:
-            rows.append("left replicated (JAX refuses an uneven split): " + html.escape("; ".join(refused)))
+            rows.append("counted whole, columns that do not divide: a LayoutMap naming such a kernel makes Keras "
+                        "raise IndivisibleError when the model is built, so leave it out of the map and it stays "
+                        "whole: " + html.escape("; ".join(refused)))
+        not_2d = kernels_not_2d(self.variables) if self.shard.value and model > 1 else []
+        if not_2d:
+            rows.append("counted whole, not 2-D: only a Dense kernel's columns are split here ((None, 'model') would "
+                        "cut such a kernel's axis 1, e.g. a convolution's width): " + html.escape("; ".join(not_2d)))
         self.summary.value = "<ul>" + "".join(f"<li>{r}</li>" for r in rows) + "</ul>"
 
     def _ipython_display_(self) -> None:

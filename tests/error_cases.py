@@ -175,6 +175,8 @@ case("sharding.expected_bytes_per_device", "mesh_shape", "a mesh_shape that is n
      "kit.sharding.expected_bytes_per_device(dense, keras.distribution.LayoutMap(keras.distribution.DeviceMesh("
      "(2, 4), ['batch', 'model'], [f'cpu:{i}' for i in range(8)])), {'batch': 4, 'model': 2})")
 case("sharding.check_distributed", "", "a model on the TensorFlow backend", "kit.sharding.check_distributed(dense)")
+case("sharding.mesh_bytes", "model_axis", "model_axis=0", "kit.sharding.mesh_bytes([('d/kernel', (8, 4), 4)], 0, True)")
+case("measure.measure_training_step", "model", "a model never built", "kit.measure.measure_training_step(keras.Sequential([keras.layers.Dense(2)]), np.zeros((2, 3)), np.zeros((2, 2)))")
 case("load_verified", "path", "a number as the path", "kit.load_verified(dense, 123)")
 case("load_verified", "path", "a file that does not exist", "kit.load_verified(dense, os.path.join(tmp, 'none.keras'))")
 case("load_verified", "", "a .keras file that is not a zip", "kit.load_verified(dense, corrupt_keras)")

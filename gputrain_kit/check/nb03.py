@@ -1,6 +1,7 @@
 """Exercise checks of notebook 03."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._common import Verdict, percent_slip, read, unit_slip, verdict
@@ -43,10 +44,35 @@ def nb03_bubble(answer: Any) -> Verdict:
                    "(stages - 1) / (micro-batches + stages - 1).")
 
 
+_UNIT = r"(?:m|micro-?batch(?:es)?)"
+# A lower bound names the fewest whole number it allows: '>= 28', 'M >= 28', '28 or more' read as 28; '> 27',
+# 'M > 27', 'more than 27' as 28 (whole micro-batches).
+_AT_LEAST = (re.compile(rf"(?:{_UNIT}\s*)?(?:>=|≥|=>)\s*(\d+)(?:\s*{_UNIT})?"),
+             re.compile(rf"(\d+)(?:\s*{_UNIT})?\s+or\s+more(?:\s+{_UNIT})?"))
+_MORE_THAN = (re.compile(rf"(?:{_UNIT}\s*)?>\s*(\d+)(?:\s*{_UNIT})?"),
+              re.compile(rf"(?:more|greater)\s+than\s+(\d+)(?:\s+{_UNIT})?"))
+
+
+def _lower_bound(answer: Any) -> int | None:
+    """The fewest whole number a lower bound written as a string allows; None for any other answer."""
+    if not isinstance(answer, str):
+        return None
+    text = " ".join(answer.strip().strip("'\"").lower().split())
+    for pattern in _AT_LEAST:
+        if (found := pattern.fullmatch(text)) is not None:
+            return int(found.group(1))
+    for pattern in _MORE_THAN:
+        if (found := pattern.fullmatch(text)) is not None:
+            return int(found.group(1)) + 1
+    return None
+
+
 def nb03_microbatches(answer: Any) -> Verdict:
     """Fewest micro-batches that bring the bubble of a 4-stage pipeline below 10%."""
-    # 'M = 28' and 'at least 28' read too: the question asks for the fewest, so 'at least' names the same number
-    got = read(answer, "int", words=("micro-batch", "microbatch", "m", "at", "least"),
+    # 'M = 28' and 'at least 28' read too: the question asks for the fewest, so 'at least' names the same number;
+    # so do '>= 28', '28 or more', '> 27' and 'more than 27' (``_lower_bound``)
+    bound = _lower_bound(answer)
+    got = read(answer if bound is None else bound, "int", words=("micro-batch", "microbatch", "m", "at", "least"),
                form="Give a whole number of micro-batches, such as 12.")
     if got.refusal is not None:
         return got.refusal

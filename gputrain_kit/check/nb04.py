@@ -11,20 +11,27 @@ _SAVE_WORDS = ("the", "model", "s", "weights", "save")
 
 
 def _one_of_two(answer: Any) -> Any:
-    """'template, not wrapper' (the one chosen, then the other one named as not chosen) as 'template'; anything
-    else as it is (read() refuses a lone negated choice such as 'not wrapper')."""
+    """'template, not wrapper' (the one chosen, then the other one named as not chosen) and 'not wrapper, template'
+    (the other way round) as 'template'; anything else as it is (read() refuses a lone negated choice such as
+    'not wrapper')."""
     if not isinstance(answer, str):
         return answer
-    said = re.fullmatch(r"\s*(.+?)\s*[,;]?\s*(?:and\s+|but\s+)?(?:not|never)\s+(.+?)[\s.!]*", answer, re.I)
-    if said:
-        chosen, other = (as_choice(part, _SAVE_CHOICES, words=_SAVE_WORDS) for part in said.groups())
-        if chosen and other and chosen != other:
-            return chosen
+    chosen_first = re.fullmatch(r"\s*(.+?)\s*[,;]?\s*(?:and\s+|but\s+)?(?:not|never)\s+(.+?)[\s.!]*", answer,
+                                re.I)
+    other_first = re.fullmatch(r"\s*(?:not|never)\s+(.+?)\s*(?:[,;]\s*(?:but\s+)?|\s+but\s+)(.+?)[\s.!]*", answer,
+                               re.I)
+    for parts in (chosen_first.groups() if chosen_first else None,
+                  other_first.groups()[::-1] if other_first else None):
+        if parts:
+            chosen, other = (as_choice(part, _SAVE_CHOICES, words=_SAVE_WORDS) for part in parts)
+            if chosen and other and chosen != other:
+                return chosen
     return answer
 
 
 def nb04_what_to_save(answer: Any) -> Verdict:
-    """Trained through a parallel wrapper: save the 'wrapper' or the 'template'? ('template, not wrapper' too)"""
+    """Trained through a parallel wrapper: save the 'wrapper' or the 'template'? ('template, not wrapper' and
+    'not wrapper, template' too)"""
     got = read(_one_of_two(answer), "choice", choices=_SAVE_CHOICES, words=_SAVE_WORDS,
                form="Answer 'wrapper' or 'template'.")
     if got.refusal is not None:
@@ -49,14 +56,15 @@ def nb04_reshuffle(answer: Any) -> Verdict:
 
 def nb04_resumed_epochs(answer: Any) -> Verdict:
     """epochs=10 with BackupAndRestore, crash at the start of epoch 7: which epochs (from 1) does the restart train?
-    (a list; 'epochs 7 to 10', 'epoch 7 to epoch 10' and '7-10' too)"""
+    (a list, in any order; 'epochs 7 to 10', 'epoch 7 to epoch 10' and '7-10' too)"""
     if isinstance(answer, str):      # 'epoch 7 to epoch 10': the word before each number, as in 'epochs 7 to 10'
         answer = re.sub(r"((?:\bto|\bthrough|\buntil|-|–)\s*)epochs?\s+(?=\d)", r"\1", answer, flags=re.I)
     got = read(answer, "int_list", words=("epoch",), ranges=True,
                form="Give the epoch numbers, counted from 1, as a list such as [2, 3].")
     if got.refusal is not None:
         return got.refusal
-    return verdict(answer, got.value == [7, 8, 9, 10],
+    # the epochs in any order count ([10, 9, 8, 7]); a repeated one does not ([7, 8, 9, 10, 10])
+    return verdict(answer, sorted(got.value) == [7, 8, 9, 10],
                    "Epochs 1 to 6 finished and were backed up; the restarted fit trains 7, 8, 9 and 10.",
                    "BackupAndRestore saves at the end of every epoch that finished. Which was the last one, and "
                    "does the restarted fit stop at the same epochs=10?")

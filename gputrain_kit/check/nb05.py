@@ -66,18 +66,41 @@ def nb05_empty_replicas_b(answer: Any) -> Verdict:
                        "8 replicas at least one?", _empty_replicas(1000, 96, 8, "function"))
 
 
+_FIXES = ("drop_remainder", "repeat", "pad", "synchronized")
+_FIX_ALIASES = {"sync": "synchronized", "synced": "synchronized", "synchronize": "synchronized",
+                "synchronised": "synchronized", "synchronise": "synchronized", "synchronization": "synchronized",
+                "syncbatchnorm": "synchronized", "syncbn": "synchronized", "padding": "pad", "padded": "pad",
+                "repeated": "repeat", "drop-last": "drop_remainder"}
+_FIX_WORDS = ("batch", "batchnorm", "norm", "normalization", "batchnormalization", "bn", "keras", "layers", "layer",
+              "the", "use", "true", "with", "setting", "argument", "dataset", "ds")
+
+
+def _with_fixed_batches(answer: Any) -> Any:
+    """'synchronized, with drop_remainder' or 'drop_remainder and synchronized' (the question's fixed-size batches
+    named beside the setting) as 'synchronized'; anything else as it is."""
+    if not isinstance(answer, str):
+        return answer
+    said = re.fullmatch(r"\s*(.+?)\s*(?:,\s*(?:and\s+|with\s+|plus\s+)?|\s+(?:and|with|plus)\s+|\s*[+&]\s*)(.+?)\s*",
+                        answer, re.I)
+    if not said:
+        return answer
+    parts = [read(part, "choice", choices=_FIXES, aliases=_FIX_ALIASES, words=_FIX_WORDS, form="")
+             for part in said.groups()]
+    if any(part.refusal is not None for part in parts):
+        return answer                    # a part negated ('unsynchronized') or unread: read() says why
+    values = sorted(str(part.value) for part in parts)
+    if values[1] == "synchronized" and values[0] in ("drop_remainder", "repeat", "pad"):
+        return "synchronized"
+    return answer
+
+
 def nb05_identical_copies(answer: Any) -> Verdict:
     """Which fix keeps every replica's moving statistics identical: 'drop_remainder', 'repeat', 'pad' or
     'synchronized'? Read as code too ('synchronized=True', 'BatchNormalization(synchronized=True)') and by its
-    other names ('SyncBatchNorm', 'synchronized batchnorm'); a setting negated or turned off ('not synchronized',
+    other names ('SyncBatchNorm', 'synchronized batchnorm'), also beside the fixed-size batches the question names
+    ('synchronized, with drop_remainder'); a setting negated or turned off ('not synchronized',
     'synchronized=False', 'unsynchronized', 'async', 'no sync') is no choice."""
-    got = read(answer, "choice", choices=("drop_remainder", "repeat", "pad", "synchronized"),
-               aliases={"sync": "synchronized", "synced": "synchronized", "synchronize": "synchronized",
-                        "synchronised": "synchronized", "synchronise": "synchronized",
-                        "synchronization": "synchronized", "syncbatchnorm": "synchronized", "syncbn": "synchronized",
-                        "padding": "pad", "padded": "pad", "repeated": "repeat", "drop-last": "drop_remainder"},
-               words=("batch", "batchnorm", "norm", "normalization", "batchnormalization", "bn", "keras", "layers",
-                      "layer", "the", "use", "true", "with", "setting", "argument", "dataset", "ds"),
+    got = read(_with_fixed_batches(answer), "choice", choices=_FIXES, aliases=_FIX_ALIASES, words=_FIX_WORDS,
                form="Answer 'drop_remainder', 'repeat', 'pad' or 'synchronized'.")
     if got.refusal is not None:
         return got.refusal

@@ -28,6 +28,25 @@ def test_nb03_microbatches_wrong_form_says_which_form(answer):
     assert not result and "Not a form this check reads" in repr(result) and "whole number" in repr(result)
 
 
+@pytest.mark.parametrize("answer", ["28 or more", "M >= 28", ">= 28", "m>=28", "M ≥ 28", ">= 28 micro-batches",
+                                    "28 micro-batches or more", "more than 27", "M > 27", "> 27", "greater than 27"])
+def test_nb03_microbatches_reads_a_lower_bound_as_the_fewest_it_allows(answer):
+    """The question asks for the fewest M: '>= N' and 'N or more' name N, '> N - 1' and 'more than N - 1' name N."""
+    assert check.nb03_microbatches(answer)
+
+
+@pytest.mark.parametrize("answer", [">= 27", "M >= 29", "more than 28", "M > 26", "27 or more", "29 or more"])
+def test_nb03_microbatches_a_wrong_lower_bound_is_wrong(answer):
+    result = check.nb03_microbatches(answer)
+    assert not result and repr(result).startswith("Not yet.") and "28" not in repr(result)
+
+
+@pytest.mark.parametrize("answer", ["< 29", "fewer than 29", "M <= 28", "M > 27.5", "28 or less", "more than 27 or 28"])
+def test_nb03_microbatches_an_upper_bound_or_a_fraction_is_no_form_it_reads(answer):
+    result = check.nb03_microbatches(answer)
+    assert not result and "Not a form this check reads" in repr(result) and "whole number" in repr(result)
+
+
 def test_nb03_microbatches_agrees_with_the_bubble_formula():
     from gputrain_kit.pipeline import bubble_fraction
 
@@ -179,4 +198,36 @@ def test_nb04_what_to_save_refuses_the_wrapper_in_every_form(answer):
 @pytest.mark.parametrize("answer", ["not wrapper", "not template", "template, not template"])
 def test_nb04_what_to_save_refuses_a_lone_negation(answer):
     result = check.nb04_what_to_save(answer)
+    assert not result and "negates it" in repr(result)
+
+
+@pytest.mark.parametrize("answer", [[10, 9, 8, 7], (8, 7, 10, 9), "10, 9, 8, 7", "[9, 10, 7, 8]"])
+def test_nb04_resumed_epochs_right_in_another_order(answer):
+    """The right epochs in another order were marked 'Not yet' with a hint about which epochs: the set is the
+    answer, not its order."""
+    assert check.nb04_resumed_epochs(answer)
+
+
+@pytest.mark.parametrize("answer", [[7, 8, 9, 10, 10], [10, 10, 9, 8, 7], [7, 7, 8, 9, 10]])
+def test_nb04_resumed_epochs_refuses_an_epoch_said_twice(answer):
+    result = check.nb04_resumed_epochs(answer)
+    assert not result and repr(result).startswith("Not yet.")
+
+
+@pytest.mark.parametrize("answer", ["not the wrapper, the template", "not wrapper, template",
+                                    "not the wrapper but the template", "Not the wrapper; the template."])
+def test_nb04_what_to_save_reads_the_one_not_chosen_first(answer):
+    """'not the wrapper, the template' was 'not a form this check reads' while 'the template, not the wrapper'
+    was right."""
+    assert check.nb04_what_to_save(answer)
+
+
+@pytest.mark.parametrize("answer", ["not the template, the wrapper", "not template but wrapper"])
+def test_nb04_what_to_save_refuses_the_wrapper_named_second(answer):
+    result = check.nb04_what_to_save(answer)
+    assert not result and repr(result).startswith("Not yet.")
+
+
+def test_nb04_what_to_save_refuses_both_negated():
+    result = check.nb04_what_to_save("not the wrapper, not the template")
     assert not result and "negates it" in repr(result)

@@ -154,3 +154,24 @@ def test_nb05_empty_replicas_a_count_of_replicas_is_no_list():
         assert _says(check.nb05_empty_replicas_a(answer), "not how many")
     assert not check.nb05_empty_replicas_b("replica 0") and not check.nb05_empty_replicas_b("[0]")
     assert _says(check.nb05_empty_replicas_b("0"), "0 reads both")
+
+
+@pytest.mark.parametrize("answer", ["synchronized, with drop_remainder", "synchronized and drop_remainder",
+                                    "drop_remainder and synchronized", "synchronized with repeat",
+                                    "synchronized=True with drop_remainder=True", "SyncBatchNorm + padding"])
+def test_nb05_identical_copies_reads_the_setting_beside_the_fixed_size_batches(answer):
+    """The question says 'With fixed-size batches'; naming them beside 'synchronized' was 'not a form this check
+    reads'."""
+    assert check.nb05_identical_copies(answer), answer
+
+
+@pytest.mark.parametrize("answer", ["unsynchronized, with drop_remainder", "not synchronized, drop_remainder",
+                                    "synchronized=False with drop_remainder"])
+def test_nb05_identical_copies_refuses_the_setting_turned_off_beside_the_batches(answer):
+    result = check.nb05_identical_copies(answer)
+    assert not result and "negates it" in repr(result)
+
+
+def test_nb05_identical_copies_two_batch_fixes_are_no_setting():
+    assert not check.nb05_identical_copies("pad and drop_remainder")
+    assert not check.nb05_identical_copies("drop_remainder with repeat")

@@ -101,7 +101,7 @@ def test_run_child_reports_failures_clearly():
     assert processes.run_child("report(a=1)", env={"GPUTRAIN_X": None}).values == {"a": 1}
 
 
-def test_nb01_exercise_checks():
+def test_nb01_exercise_checks(capsys):
     assert check.nb01_physical_behind(5) and not check.nb01_physical_behind(3)
     # with 3,1 the right answer was also the naive one (no renumbering): 3,5 tells them apart
     naive = check.nb01_physical_behind(1)
@@ -113,6 +113,9 @@ def test_nb01_exercise_checks():
     assert "LOCKS it" in repr(right) and not check.nb01_locking_call(False)
     assert "Not answered" in repr(check.nb01_locking_call(...))
     assert "Give True or False" in repr(check.nb01_locking_call("maybe"))
+    # the probe takes 5-10 s: it says so before it starts, once per probe, and not when there is nothing to probe
+    said = capsys.readouterr().out.splitlines()
+    assert said == ["probing it in a fresh process, as section 4 did (5 to 10 seconds)..."] * 2, said
 
 
 def test_building_a_keras_model_locks_the_device_configuration():
@@ -366,3 +369,25 @@ def test_a_second_default_mirrored_strategy_collides_and_is_explained():
     assert second != "trains" and second["key"] == "collective-instance-collision", second
     assert "BatchNormalization" not in second["text"] and "two models' gradient sizes" in second["text"]
     assert "ReductionToOneDevice" in second["text"] and "restart the kernel" in second["text"].replace("\n", " ")
+
+
+def test_notebook_01_says_where_variable_ops_run_and_prints_it():
+    """Notebook 01, section 1: under a tf.device scope, TensorFlow runs the ops that read or update a variable where
+    the variable lives (tests/unit/test_activity_scope.py pins this and the kit's inference to TensorFlow's partition
+    graphs under both kernel families); the notebook says so where it introduces device_activity, prints the two
+    sets of devices in the scoped cell, and the summary keeps the exception."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "notebooks" / "01_cuda_visible_devices.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    text = {c.get("id"): " ".join("".join(c["source"]).split()) for c in cells}
+    assert "an op that reads or updates a variable runs where the variable lives, whatever the scope says" \
+        in text["4a1ede17"]
+    assert "as TensorFlow's placer chooses it" not in text["4a1ede17"]
+    scoped = next(c for c in cells if c.get("id") == "b7c1a2d4")
+    printed = "".join("".join(o.get("text", "")) for o in scoped["outputs"])
+    assert "ops that read or update a variable ran on: CPU:0\n" in printed
+    assert "every other op of the step ran on: CPU:3\n" in printed
+    assert "reading or updating a variable runs where the variable lives" in text["6c45dbba"]
+    assert "(about 5 seconds)" not in text["aa5bf539"] and "it prints a line when it starts" in text["aa5bf539"]

@@ -24,6 +24,8 @@ def test_plan_descriptions():
     assert plan_verdict(several).startswith("step 1 gives replicas 1 and 2 no data, and 2 more steps leave a "
                                             "replica without data:")
     assert "and 1 more step leaves a replica" in plan_verdict(several[:2])
+    assert "Keras 3 fit refuses such a first step" in plan_verdict(several)    # empty in step 1: uneven first
+    assert "fit refuses" not in plan_verdict(plan_batches(1030, 64, 4))         # empty only in the last step
     assert plan_batches(1030, 64, 4, via="fit") == plan_batches(1030, 64, 4)     # the explorer's label for it
     assert "Keras 3 fit refuses" in plan_verdict(plan_batches(1438, 62, 4))
     assert "fit accepts" in plan_verdict(plan_batches(1438, 256, 4))

@@ -141,3 +141,64 @@ def test_notebook_02_prints_what_the_configured_op_sums_and_what_it_does_not():
     prose = " ".join(next(s for s in sources if s.startswith("On simulated devices, which share")).split())
     assert "several times to more than ten times as long per sample as one" in prose
     assert "up to 10 times" not in prose
+
+
+DISPATCH = """
+    import json, gputrain_kit as kit
+    kit.setup(devices=2)
+    import tensorflow as tf
+    from tensorflow.python.distribute import cross_device_ops as cdo, values as values_lib
+
+    class OnDevice:                      # a replica's value as _reduce_to reads it: a device and a dtype
+        def __init__(self, device):
+            self.device, self.dtype = device, tf.float32
+
+    ran = []
+
+    class Configured(tf.distribute.HierarchicalCopyAllReduce):
+        def reduce(self, reduce_op, value, destinations, options=None):
+            ran.append("configured")
+
+    tf.distribute.ReductionToOneDevice.reduce = lambda self, *args, **kwargs: ran.append("ReductionToOneDevice")
+    s = tf.distribute.MirroredStrategy(kit.device_names(2), cross_device_ops=Configured())
+    gpu = [f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in range(2)]
+    options = tf.distribute.experimental.CommunicationOptions()
+    out = {}
+    for name, replicas, destinations in [
+            ("2 replicas to GPU:0, a replica's own", gpu, gpu[0]),
+            ("2 replicas to GPU:1, a replica's own", gpu, gpu[1]),
+            ("2 replicas to the host CPU", gpu, "/job:localhost/replica:0/task:0/device:CPU:0"),
+            ("2 replicas back to both", gpu, "mirrored"),
+            ("1 replica to its own GPU", gpu[:1], gpu[0])]:
+        value = values_lib.PerReplica([OnDevice(d) for d in replicas])
+        to = values_lib.Mirrored([OnDevice(d) for d in replicas]) if destinations == "mirrored" else destinations
+        ran.clear()
+        s.extended._reduce_to(tf.distribute.ReduceOp.SUM, value, to, options)
+        out[name] = {"ran": list(ran), "devices match": cdo._devices_match(value, to)}
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("family", ["1", "0"], ids=["onednn", "eigen"])
+def test_a_reduction_to_one_replicas_own_gpu_takes_reduction_to_one_device(family):
+    """Notebook 02, section 3: ``_reduce_to`` (mirrored_strategy.py) sends a reduction to ReductionToOneDevice unless
+    its destinations are exactly the replicas' devices (``_devices_match`` compares the sets) and none is a CPU:
+    with 2 replicas, a reduction to GPU:0, a replica's own device, takes it too. Simulated CPU devices cannot show
+    it (the CPU rule fires first), so this drives TensorFlow's dispatch with values that name GPUs."""
+    out = last_json(run_python(DISPATCH, env={"TF_ENABLE_ONEDNN_OPTS": family}))
+    for name in ("2 replicas to GPU:0, a replica's own", "2 replicas to GPU:1, a replica's own",
+                 "2 replicas to the host CPU"):
+        assert out[name] == {"ran": ["ReductionToOneDevice"], "devices match": False}, (name, out)
+    for name in ("2 replicas back to both", "1 replica to its own GPU"):
+        assert out[name] == {"ran": ["configured"], "devices match": True}, (name, out)
+
+
+def test_notebook_02_states_the_set_rule_not_the_one_device_rule():
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    sources = [" ".join("".join(c["source"]).split()) for c in cells]
+    bullet = next(s for s in sources if s.startswith("`reduction_in_use` names the op each strategy"))
+    assert "any reduction whose destinations are not exactly the replicas' devices, and any reduction to a CPU" in bullet
+    assert "every reduction to *one place* instead of back to every replica, even to a replica's own GPU" in bullet
+    assert "cannot show here" in bullet and "is not one of the replicas' own devices" not in bullet
+    summary = next(s for s in sources if "## Summary" in s)
+    assert "reductions to one place (the host CPU, or even one replica's own GPU) and int32 values" in summary

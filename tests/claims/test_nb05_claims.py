@@ -139,9 +139,16 @@ def test_split_explorer_headless():
     assert "needs global_batch divisible by replicas" in f.output.value
     with pytest.raises(ValueError, match="SplitExplorer: via must be one of"):
         SplitExplorer(via="fn")
-    # a global batch that does not fill the replicas leaves one empty in every step: drop_remainder is no fix there
+    # a global batch that does not fill the replicas leaves one empty in every step: drop_remainder is no fix there,
+    # and fit refuses it at its first step (it said "a conv net may crash fit" as for a later empty step)
     h = SplitExplorer(global_batch=6)
-    assert "drop_remainder cannot help" in h.output.value and "Tick drop_remainder" not in h.output.value
+    assert "drop_remainder, repeat() and padding cannot help" in h.output.value
+    assert "Tick drop_remainder" not in h.output.value
+    assert "Keras 3 fit refuses this at its first step, before any BatchNormalization update: step 1 splits " \
+           "[2, 2, 2, 0]" in h.output.value and "may crash fit" not in h.output.value
+    assert "A custom loop (strategy.run over experimental_distribute_dataset) accepts it" in h.output.value
+    h.via.value = "function"                              # not fit's path: the empty-step verdict, no refusal
+    assert "fit refuses" not in h.output.value
     with pytest.warns(EmptyReplicaWarning, match=r"Fix: a global batch that is a multiple of the replica count \(4 or 8\)"):
         check_batch_plan(1030, 6, 4, drop_remainder=True)
     with pytest.warns(EmptyReplicaWarning, match=r"multiple of the replica count \(4 or 8\)"):
@@ -372,3 +379,91 @@ def test_onednn_conv2d_returns_an_empty_batch_with_the_inputs_channels(family):
     elif family == "eigen":
         assert out["nn"] == out["keras"] == [0, 8, 8, 8]
         assert out["net"] == [0, 4]
+
+
+def test_every_step_empty_is_a_first_step_fit_refuses():
+    """kit.check_batch_plan(1030, 6, 4) warned of NaN and a crashing conv net, yet fit refuses [2, 2, 2, 0] at its
+    first step (its uneven-first-step branch came after the every-step-empty one and was never reached)."""
+    for batch, first in ((6, [2, 2, 2, 0]), (5, [2, 2, 1, 0]), (9, [3, 3, 3, 0])):
+        for drop in (False, True):
+            with pytest.warns(EmptyReplicaWarning) as caught:
+                check_batch_plan(1030, batch, 4, drop_remainder=drop)
+            said = str(caught[0].message)
+            assert said.startswith("Keras 3 fit refuses this at its first step, before any BatchNormalization "
+                                   f"update: step 1 splits {first}"), said
+            assert "may crash fit" not in said and "notebook 02, section 5" in said
+            assert (f"a global batch of {batch} over 4 replicas leaves replica 3 empty in every full step, "
+                    "drop_remainder or not") in said
+            assert "multiple of the replica count (4 or 8)" in said or "(8 or 12)" in said
+    # an uneven first step and a later empty step: fit still stops at step 1, said first
+    with pytest.warns(EmptyReplicaWarning) as caught:
+        assert check_batch_plan(626, 62, 4)[-1] == [2, 2, 2, 0]
+    said = str(caught[0].message)
+    assert said.startswith("Keras 3 fit refuses this at its first step") and "step 11 gives replica 3 no data" in said
+    # an uneven first step alone: UnevenBatchWarning, as before
+    from gputrain_kit.replicas import UnevenBatchWarning
+    with pytest.warns(UnevenBatchWarning, match=r"refuses this at its first step.*\[16, 16, 16, 14\].*\(60 or 64\)"):
+        check_batch_plan(1000, 62, 4)
+    # the custom-loop path keeps the empty-step warning: nothing refuses there
+    with pytest.warns(EmptyReplicaWarning, match="step 17 gives replicas 1, 2 and 3 no data"):
+        check_batch_plan(1030, 64, 4, via="function")
+    # data that fill no whole global batch: the fix is not "a multiple of the replica count" they already are
+    with pytest.warns(EmptyReplicaWarning, match="the 5 samples fill no whole global batch of 8: a global batch of "
+                                                 "at most 4"):
+        check_batch_plan(5, 8, 4)
+
+
+@pytest.mark.parametrize("family", ["onednn", "eigen"])
+def test_fit_refuses_a_global_batch_that_leaves_a_replica_empty_in_every_step(family):
+    """Notebook 05 section 1: fit under a 4-replica MirroredStrategy refuses global batches of 6 and 5 at the first
+    step (Keras's _maybe_symbolic_build averages the replicas' first batches: AddN of [2,16] and [0,16]), before
+    BatchNorm updates anything; a custom loop (strategy.run over experimental_distribute_dataset) runs the same
+    batches, and BatchNorm's copy on the empty replica turns NaN at the first step."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=4)
+        import keras, numpy as np, tensorflow as tf
+        strategy = kit.training.strategy_for(4)
+        out = {}
+        for b in (6, 5):
+            with strategy.scope():
+                tiny = keras.Sequential([keras.Input((16,)), keras.layers.BatchNormalization(name="bn"),
+                                         keras.layers.Dense(4)])
+                tiny.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            data = tf.data.Dataset.from_tensor_slices((np.ones((4 * b, 16), "float32"), np.zeros(4 * b, "int64")))
+            try:
+                tiny.fit(data.batch(b), verbose=0, shuffle=False); said = "trained"
+            except tf.errors.InvalidArgumentError as err:
+                said = str(err)
+            bn = tiny.get_layer("bn")
+            untouched = all((c.numpy() == 0).all() for c in strategy.experimental_local_results(bn.moving_mean.value))
+            step = tf.function(lambda batch: strategy.run(lambda xb: bn(xb, training=True), args=(batch,)))
+            sizes = []
+            for batch in strategy.experimental_distribute_dataset(data.map(lambda a, _: a).batch(b)):
+                sizes.append([int(t.shape[0]) for t in strategy.experimental_local_results(batch)])
+                step(batch)
+                break                                        # the first step is enough
+            nan = [bool(np.isnan(c.numpy()).any()) for c in strategy.experimental_local_results(bn.moving_mean.value)]
+            out[b] = {"said": said, "untouched": untouched, "sizes": sizes, "nan": nan}
+        print(json.dumps(out))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
+    out = last_json(proc)
+    assert "AddN" in out["6"]["said"] and "[2,16] != input 3: [0,16]" in out["6"]["said"]
+    assert "AddN" in out["5"]["said"] and "must have the same size and shape" in out["5"]["said"]
+    assert out["6"]["untouched"] and out["5"]["untouched"]
+    assert out["6"]["sizes"] == [[2, 2, 2, 0]] and out["5"]["sizes"] == [[2, 2, 1, 0]]
+    assert out["6"]["nan"] == out["5"]["nan"] == [False, False, False, True]
+
+
+def test_other_cases_are_every_combination_but_no_bn_with_drop_remainder():
+    """Notebook 05 cell 'The kit knows 14 cases': OTHER_CASES is the other 8, every combination of model, BatchNorm
+    setting and batching except the two without BatchNorm with drop_remainder (it said 'every model x BatchNorm
+    setting x batching', 16)."""
+    from itertools import product
+
+    from gputrain_kit import batchnorm
+
+    every = set(product(batchnorm.MODELS, batchnorm.BN_SETTINGS, batchnorm.BATCHINGS))
+    known = set(batchnorm.DEFAULT_CASES) | set(batchnorm.OTHER_CASES)
+    assert len(batchnorm.DEFAULT_CASES) == 6 and len(batchnorm.OTHER_CASES) == 8 and len(known) == 14
+    assert every - known == {("dense", "no BN", "drop_remainder"), ("conv", "no BN", "drop_remainder")}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gputrain_kit import check
-from gputrain_kit.sharding import mesh_bytes
+from gputrain_kit.sharding import kernels_not_2d, mesh_bytes
 from conftest import last_json, run_python
 
 MODELS = '''
@@ -221,9 +221,10 @@ print(json.dumps(results))
 
 
 def test_a_failed_first_step_loses_the_variables_and_the_kit_says_rebuild_it(tmp_path):
-    """Notebook 09 section 4 and exercise 3: on JAX, Keras takes the variables off the model for a step and
-    gives them back only after one succeeds; a fit (or evaluate) whose first step fails, on a batch the mesh
-    cannot divide, leaves a trained model without them: predict and save raise TypeError ('NoneType' object is
+    """Notebook 09 section 5 and exercise 3: on JAX, Keras takes the variables off the model while fit runs its
+    steps and hands the last good step's values back in a finally; a fit whose first step fails, on a batch the
+    mesh cannot divide, leaves a trained model without them (evaluate and predict at any step:
+    test_nb09_failed_steps.py): predict and save raise TypeError ('NoneType' object is
     not callable), and every kit helper says the model is unusable: rebuild it. A fresh model's first fit
     fails before its variables are taken, and keeps them. Under DataParallel and ModelParallel, on the MLP and
     the block."""
@@ -267,7 +268,9 @@ print(json.dumps(results))
         for keras_says in (predict, save):
             assert keras_says.startswith("TypeError") and "'NoneType' object is not callable" in keras_says, case
         for kit_says in (checked, measured):
-            assert "unusable after a failed fit" in kit_says and "rebuild it" in kit_says, (case, kit_says)
+            assert "unusable after a failed fit, evaluate or predict" in kit_says and "rebuild it" in kit_says, \
+                (case, kit_says)
+            assert "evaluate and predict when any step fails" in kit_says, kit_says
 
 
 def test_a_reloaded_model_loses_the_name_prefix_and_the_anchored_key_still_matches(tmp_path):
@@ -298,7 +301,14 @@ def test_the_exercise_checks_and_the_explorer_arithmetic():
     assert check.nb09_mesh_ratio(ratio) and check.nb09_mesh_ratio(ratio + " less") and not check.nb09_mesh_ratio("2.5x")
     assert 1.95 < full / per_device < 2.0 and not refused
     assert mesh_bytes(check.NB09_MLP, 8, True)[2] == []          # 16 columns divide by 8
-    assert mesh_bytes([("m/d/kernel", (4, 10), 4)], 4, True)[2] == ["m/d/kernel: 10 columns over 4"]
+    assert mesh_bytes([("m/d/kernel", (4, 10), 4)], 4, True) == (160, 160, ["m/d/kernel: 10 columns over 4"])
+    conv = [("c/c1/kernel", (3, 3, 3, 32), 4), ("c/c1/bias", (32,), 4), ("c/d/kernel", (32, 16), 4)]
+    whole = 3 * 3 * 3 * 32 * 4 + 32 * 4
+    assert mesh_bytes(conv, 4, True) == (whole + 32 * 16, whole + 32 * 16 * 4, [])   # the 4-D kernel whole
+    assert kernels_not_2d(conv) == ["c/c1/kernel: 4-D (3, 3, 3, 32)"]
+    for bad in (0, 2.0, True, "4"):
+        with pytest.raises(TypeError, match="mesh_bytes: model_axis must be"):
+            mesh_bytes(conv, bad, True)
     assert check.nb09_key_matches(True) and not check.nb09_key_matches(False)
     assert check.nb09_largest_batch(300) and not check.nb09_largest_batch(296)
 
@@ -328,6 +338,16 @@ def test_mesh_explorer_headless():
     assert "each hold a full copy and compute the same slice" in e.summary.value
     with pytest.raises(ValueError, match="mesh must be one of"):
         MeshExplorer(list(check.NB09_MLP), mesh=(3, 3))
+    # a kernel whose columns do not divide, and a kernel that is not 2-D: named, counted whole, in Keras's words
+    uneven = MeshExplorer([("m/d1/kernel", (256, 512), 4), ("m/d2/kernel", (512, 10), 4),
+                           ("m/c1/kernel", (3, 3, 3, 32), 4)], mesh=(2, 4))
+    assert uneven.per_device == 256 * 512 + 512 * 10 * 4 + 3 * 3 * 3 * 32 * 4
+    assert "Keras raise IndivisibleError when the model is built" in uneven.summary.value
+    assert "leave it out of the map and it stays whole: m/d2/kernel: 10 columns over 4" in uneven.summary.value
+    assert "not 2-D" in uneven.summary.value and "m/c1/kernel: 4-D (3, 3, 3, 32)" in uneven.summary.value
+    assert "JAX refuses" not in uneven.summary.value and "left replicated" not in uneven.summary.value
+    uneven.shard.value = False
+    assert "IndivisibleError" not in uneven.summary.value and "not 2-D" not in uneven.summary.value
 
 
 def test_tensorflow_processes_keep_jax_out():

@@ -222,8 +222,9 @@ def test_replicas_with_no_sample_are_said_in_the_controls_words_not_warned():
     with warnings.catch_warnings():
         warnings.simplefilter("error")                                  # nothing on the notebook's stderr
         e = MemoryExplorer(preset="course digits model", batch=4, devices=8, strategy="data")
-        assert ("A global batch of 4 on 8 devices: 4 of them get no sample in every step (notebook 05's trap: "
-                "BatchNormalization's statistics turn NaN there). Move the batch to at least 8.") in said(e)
+        assert ("A global batch of 4 on 8 devices: 4 of them get no sample in every step: Keras 3's fit refuses "
+                "such a first step (notebook 02), a custom loop runs it and BatchNormalization's statistics turn NaN "
+                "there (notebook 05). Move the batch to at least 8.") in said(e)
         assert "evenly" not in said(e) and "estimate_memory" not in said(e)
         e.batch.value = 64
         e.accumulation.value = 16
