@@ -175,7 +175,8 @@ def plan_verdict(plan: list[list[int]]) -> str:
             return (f"step 1 gives {who} no data{others}: Keras 3 fit refuses such a first step (its replicas' "
                     "batches differ in size) before any update; a custom loop (strategy.run) runs it, and there "
                     "BatchNormalization writes NaN into each empty replica's copy of the moving statistics "
-                    "(notebook 05). Use a global batch that is a multiple of the replica count.")
+                    "(notebook 05). Fix: give every step a batch that fills every replica (a global batch that is a "
+                    "multiple of the replica count, and at least one whole global batch of data).")
         return (f"step {step + 1} gives {who} no data{others}: with BatchNormalization that step "
                 "writes NaN into each empty replica's copy of the moving statistics (silently), with its default "
                 "scale=True the NaN can then reach every replica's weights, and a conv net may crash fit "

@@ -203,7 +203,9 @@ def _compiled_train_step(model: Any, x: Any, y: Any, func: str) -> Any:
         model.trainable_variables, model.non_trainable_variables, model.optimizer.variables,
         model.metrics_variables))
     shardings = tuple([a.sharding for a in group] for group in state)
-    step = jax.jit(model.train_step, out_shardings=(None, shardings))
+    # donate_argnums=0 as Keras's make_train_function does: the new state reuses the old state's buffers (without it
+    # XLA plans scratch space in the output buffers and the temporaries read low)
+    step = jax.jit(model.train_step, donate_argnums=0, out_shardings=(None, shardings))
     return step.lower(state, tuple(batch)).compile()
 
 
@@ -220,9 +222,10 @@ def train_step_memory(model: Any, x: Any, y: Any) -> dict[str, int]:
     """What XLA plans for one device during the training step ``train_step_text`` compiles, in bytes, from the
     compiled program's ``memory_analysis()``: ``arguments`` (the state and the batch slice it receives: what a
     device holds between steps, and its batch), ``temporaries`` (what the step allocates while it runs: gathered
-    weights, activations, gradients) and ``step`` (the two together: a lower bound of the step's footprint on that
-    device; the new state it returns, as large as the state it received, comes on top where XLA does not reuse the
-    arguments' buffers). Same rules as ``train_step_text``."""
+    weights, activations, gradients) and ``step`` (the two together, plus any output that does not reuse an
+    argument's buffer: the state is donated, as ``fit`` donates it, so the new state takes the old one's place).
+    Same rules as ``train_step_text``."""
     analysis = _compiled_train_step(model, x, y, "train_step_memory").memory_analysis()
     arguments, temporaries = int(analysis.argument_size_in_bytes), int(analysis.temp_size_in_bytes)
-    return {"arguments": arguments, "temporaries": temporaries, "step": arguments + temporaries}
+    extra = max(0, int(analysis.output_size_in_bytes) - int(analysis.alias_size_in_bytes))
+    return {"arguments": arguments, "temporaries": temporaries, "step": arguments + temporaries + extra}

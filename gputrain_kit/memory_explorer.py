@@ -11,6 +11,7 @@ import sys
 import warnings
 from typing import Any
 
+from .batching import split_batch
 from .memory import TIGHT_SHARE, memory_verdict  # the verdict is logic (memory.py), re-exported here
 
 #: The resolution of the figures the explorers draw as images (Jupyter's inline figures: 100).
@@ -322,12 +323,11 @@ class MemoryExplorer:
         if self.strategy.value == "data" and devices == 1:
             notes.append("Data parallelism on 1 device is the single-device case: move 'devices' up to split the "
                          "batch.")
-        elif self.strategy.value == "data" and step < devices:
-            empty = devices - step
+        elif self.strategy.value == "data" and (empty := split_batch(step, devices).count(0)):
             notes.append(f"{of_step or f'A global batch of {batch:,}'} on {devices} devices: {empty} of them get no "
-                         "sample in every step: Keras 3's fit refuses such a first step (notebook 02), a custom loop runs it "
-                         "and BatchNormalization's statistics turn NaN there (notebook 05). "
-                         f"Move the batch to at least {devices * steps:,}"
+                         f"sample in every step (split {split_batch(step, devices)}): Keras 3's fit refuses such a first "
+                         "step (notebook 02), a custom loop runs it and BatchNormalization's statistics turn NaN there "
+                         f"(notebook 05). Move the batch to a multiple of {devices * steps:,}"
                          + (" or use fewer accumulation steps." if steps > 1 else "."))
         elif self.strategy.value == "data" and step % devices:
             notes.append(f"{of_step + ' do' if of_step else f'A global batch of {batch:,} does'} not split evenly "

@@ -254,6 +254,13 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
                       f"of {global_batch} over {replicas} replicas, so every replica gets nothing and training runs "
                       "no step. Use a smaller global batch, or drop_remainder=False.", EmptyReplicaWarning,
                       stacklevel=2)
+    elif empty_slots(plan) and n_samples < global_batch:      # the data fill no step: no batching trick helps
+        fits = n_samples - n_samples % replicas
+        warnings.warn(plan_verdict(plan).split(" Fix: ")[0] + f" Fix: the {n_samples} samples fill no whole global "
+                      f"batch of {global_batch}: "
+                      + (f"a global batch of at most {fits} that is a multiple of the replica count, or more data."
+                         if fits else "more data (at least one sample per replica)."),
+                      EmptyReplicaWarning, stacklevel=2)
     elif empty_slots(plan):
         where = "the global batch" if via == "dataset" else "each replica's batch"
         warnings.warn(plan_verdict(plan) + f" Fix: fixed-size batches (drop_remainder=True on {where}, "

@@ -1,5 +1,5 @@
 """Notebook 09, section 4 (review of notebooks 08/09): FSDP divides what a device holds between steps by about 8,
-but XLA's compiled step (which keeps the gathered kernels for the backward pass) needs only 1.6x less: the
+but XLA's compiled step (which keeps the gathered kernels for the backward pass) needs only 2.1x less (compiled as fit compiles it, the state donated): the
 notebook's table and summary quote that number."""
 from __future__ import annotations
 
@@ -34,16 +34,19 @@ def test_fsdp_divides_the_held_state_by_8_but_not_the_compiled_step():
     """, env={"CUDA_VISIBLE_DEVICES": ""}))
     dp, fsdp = out["dp"], out["fsdp"]
     assert 7.5 < dp["held"] / fsdp["held"] < 8.1, out
-    assert fsdp["temporaries"] > dp["temporaries"], out              # the gathered kernels, kept for the backward
+    assert abs(fsdp["temporaries"] / dp["temporaries"] - 1) < 0.1, out  # gathered kernels vs DataParallel's gradients
     assert 1.2 < dp["step"] / fsdp["step"] < 4, out                   # far from 8x
-    # what the notebook quotes, in its table (section 6) and summary: 7.86x less held, the step only 1.6x less
+    # what the notebook quotes, in its table (section 6) and summary: 7.86x less held, the step only 2.1x less
     import json
     from pathlib import Path
 
     step_ratio = f"{dp['step'] / fsdp['step']:.1f}"
-    assert step_ratio == "1.6", out
+    assert step_ratio == "2.1", out
     cells = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "09_keras_distribution.ipynb").read_text())
     prose = " ".join(" ".join("".join(c["source"]) for c in cells["cells"] if c["cell_type"] == "markdown").split())
     assert f"the compiled step only {step_ratio}x less (section 4)" in prose
     assert f"needed only {step_ratio} times less" in prose and "far less" not in prose
-    assert dp["step"] == dp["arguments"] + dp["temporaries"]
+    assert dp["step"] >= dp["arguments"] + dp["temporaries"]
+    # donated as fit donates it: the new state reuses the old one's buffers, so no output comes on top
+    for m in (dp, fsdp):    # only the loss and the metrics' values come on top (bytes), not a second state
+        assert 0 <= m["step"] - m["arguments"] - m["temporaries"] < 0.01 * m["step"], out

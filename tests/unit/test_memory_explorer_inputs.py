@@ -222,13 +222,21 @@ def test_replicas_with_no_sample_are_said_in_the_controls_words_not_warned():
     with warnings.catch_warnings():
         warnings.simplefilter("error")                                  # nothing on the notebook's stderr
         e = MemoryExplorer(preset="course digits model", batch=4, devices=8, strategy="data")
-        assert ("A global batch of 4 on 8 devices: 4 of them get no sample in every step: Keras 3's fit refuses "
-                "such a first step (notebook 02), a custom loop runs it and BatchNormalization's statistics turn NaN "
-                "there (notebook 05). Move the batch to at least 8.") in said(e)
+        assert ("A global batch of 4 on 8 devices: 4 of them get no sample in every step (split [1, 1, 1, 1, 0, 0, "
+                "0, 0]): Keras 3's fit refuses such a first step (notebook 02), a custom loop runs it and "
+                "BatchNormalization's statistics turn NaN there (notebook 05). Move the batch to a multiple of 8."
+                ) in said(e)
         assert "evenly" not in said(e) and "estimate_memory" not in said(e)
         e.batch.value = 64
         e.accumulation.value = 16
         assert "Each step's 4 samples (64 in 16 accumulation steps) on 8 devices: 4 of them get no sample" in said(e)
+        e.accumulation.value = 1
+        e.batch.value = 8
+        e.devices.value = 6                           # more samples than devices, still empty replicas: ceil(8/6) each
+        assert ("A global batch of 8 on 6 devices: 2 of them get no sample in every step (split [2, 2, 2, 2, 0, 0])"
+                in said(e))
+        assert "evenly" not in said(e)
+        e.batch.value = 64
         e.accumulation.value = 8
         e.devices.value = 3
         assert "Each step's 8 samples (64 in 8 accumulation steps) do not split evenly over 3 devices" in said(e)
