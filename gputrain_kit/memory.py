@@ -350,7 +350,9 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
                           f"with no sample in every step (split {split_batch(per_step_batch, devices)}): Keras 3's fit "
                           "refuses such a first step (notebook 02), a custom loop runs it and BatchNormalization's "
                           "statistics turn NaN there (notebook 05). Use a global batch that is a multiple of "
-                          f"{devices}.", UserWarning, stacklevel=2)
+                          f"{devices * accumulation_steps}"
+                          + (", or fewer accumulation steps." if accumulation_steps > 1 else "."),
+                          UserWarning, stacklevel=2)
         per_device = [usage(stats, s) for s in shares]
     levers = []
     if dtype_policy != "float32":

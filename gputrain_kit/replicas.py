@@ -192,6 +192,15 @@ def _replicas_named(replicas: list[int]) -> str:
             "replicas " + ", ".join(map(str, replicas[:-1])) + f" and {replicas[-1]}")
 
 
+def _few_samples_fix(fits: int, replicas: int) -> str:
+    """The fix for data that fill no whole global batch: ``fits``, the samples rounded down to the replica count."""
+    if fits:
+        return (f"a global batch of at most {fits} that is a multiple of the replica count, with drop_remainder=True "
+                "(or a sample count that the batch divides, so no step is partial), or more data.")
+    return (f"more data: at least one whole global batch ({replicas} samples give one per replica at a global "
+            f"batch of {replicas}).")
+
+
 def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int) -> str:
     """For the ``"dataset"`` path (``fit``, ``experimental_distribute_dataset``): what ``fit`` does with a plan whose
     first step splits unevenly (it refuses it at that step, notebook 02) and what a custom loop meets instead;
@@ -228,9 +237,7 @@ def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int) 
     if samples < global_batch:           # the data fill no whole step: the batch is not what to change first
         fits = samples - samples % replicas
         text = text[:text.rindex(" Fix: ")] + (
-            f" Fix: the {samples} samples fill no whole global batch of {global_batch}: "
-            + (f"a global batch of at most {fits} that is a multiple of the replica count, or more data."
-               if fits else "more data (at least one sample per replica)."))
+            f" Fix: the {samples} samples fill no whole global batch of {global_batch}: " + _few_samples_fix(fits, replicas))
     return text
 
 
@@ -257,9 +264,7 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
     elif empty_slots(plan) and n_samples < global_batch:      # the data fill no step: no batching trick helps
         fits = n_samples - n_samples % replicas
         warnings.warn(plan_verdict(plan).split(" Fix: ")[0] + f" Fix: the {n_samples} samples fill no whole global "
-                      f"batch of {global_batch}: "
-                      + (f"a global batch of at most {fits} that is a multiple of the replica count, or more data."
-                         if fits else "more data (at least one sample per replica)."),
+                      f"batch of {global_batch}: " + _few_samples_fix(fits, replicas),
                       EmptyReplicaWarning, stacklevel=2)
     elif empty_slots(plan):
         where = "the global batch" if via == "dataset" else "each replica's batch"
