@@ -176,7 +176,8 @@ def plan_verdict(plan: list[list[int]]) -> str:
                     "batches differ in size) before any update; a custom loop (strategy.run) runs it, and there "
                     "BatchNormalization writes NaN into each empty replica's copy of the moving statistics "
                     "(notebook 05). Fix: give every step a batch that fills every replica (a global batch that is a "
-                    "multiple of the replica count, and at least one whole global batch of data).")
+                    "multiple of the replica count, at least one whole global batch of data, and fixed-size batches: "
+                    "drop_remainder=True).")
         return (f"step {step + 1} gives {who} no data{others}: with BatchNormalization that step "
                 "writes NaN into each empty replica's copy of the moving statistics (silently), with its default "
                 "scale=True the NaN can then reach every replica's weights, and a conv net may crash fit "

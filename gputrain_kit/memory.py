@@ -351,7 +351,8 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
                           "refuses such a first step (notebook 02), a custom loop runs it and BatchNormalization's "
                           "statistics turn NaN there (notebook 05). Use a global batch that is a multiple of "
                           f"{devices * accumulation_steps}"
-                          + (", or fewer accumulation steps." if accumulation_steps > 1 else "."),
+                          + (f", or fewer accumulation steps such that each step's batch is a multiple of {devices}."
+                             if accumulation_steps > 1 else "."),
                           UserWarning, stacklevel=2)
         per_device = [usage(stats, s) for s in shares]
     levers = []

@@ -328,7 +328,10 @@ class MemoryExplorer:
                          f"sample in every step (split {split_batch(step, devices)}): Keras 3's fit refuses such a first "
                          "step (notebook 02), a custom loop runs it and BatchNormalization's statistics turn NaN there "
                          f"(notebook 05). Move the batch to a multiple of {devices * steps:,}"
-                         + (" or use fewer accumulation steps." if steps > 1 else "."))
+                         + (f", or use fewer accumulation steps such that each step's batch is a multiple of {devices}"
+                            if steps > 1 else "")
+                         + ("." if any(int(b) % (devices * steps) == 0 for b in self.batch.options)
+                            else " (no batch on the slider is one: move 'devices' to one that divides the batch)."))
         elif self.strategy.value == "data" and step % devices:
             notes.append(f"{of_step + ' do' if of_step else f'A global batch of {batch:,} does'} not split evenly "
                          f"over {devices} devices: Keras 3's fit refuses such a first step (notebook 02); the estimate "

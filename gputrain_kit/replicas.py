@@ -259,7 +259,9 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
     elif not plan:                         # drop_remainder on fewer samples than one batch: nothing trains at all
         warnings.warn(f"drop_remainder=True leaves no step at all: {n_samples} samples do not fill one whole step "
                       f"of {global_batch} over {replicas} replicas, so every replica gets nothing and training runs "
-                      "no step. Use a smaller global batch, or drop_remainder=False.", EmptyReplicaWarning,
+                      "no step. " + (f"Use a global batch of at most {n_samples - n_samples % replicas} that is a multiple of "
+                                     "the replica count." if n_samples >= replicas else "Use more data: at least "
+                                     f"{replicas} samples, one per replica."), EmptyReplicaWarning,
                       stacklevel=2)
     elif empty_slots(plan) and n_samples < global_batch:      # the data fill no step: no batching trick helps
         fits = n_samples - n_samples % replicas
