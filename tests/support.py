@@ -57,3 +57,24 @@ def answer_seconds(control: Any, value: Any, repeats: int = 3) -> float:
         control.value = value
         best = min(best, time.perf_counter() - begun)
     return best
+
+
+#: The two models the JAX claim tests of notebook 09 train (the notebook's MLP and a tiny transformer block), as
+#: source for a fresh process: define ``keras`` before it (the backend is fixed when Keras is imported).
+JAX_MODELS = '''
+def mlp(name="mlp"):
+    return keras.Sequential([keras.Input((256,)), keras.layers.Dense(512, activation="relu", name="d1"),
+                             keras.layers.Dense(512, activation="relu", name="d2"), keras.layers.Dense(16, name="d3")],
+                            name=name)
+
+def block(name="block"):
+    """Embedding, self-attention and a feed-forward pair: a tiny transformer block."""
+    tokens = keras.Input((16,), dtype="int32")
+    h = keras.layers.Embedding(128, 64, name="embed")(tokens)
+    a = keras.layers.MultiHeadAttention(num_heads=4, key_dim=16, name="attention")(h, h)
+    h = keras.layers.LayerNormalization(name="norm")(h + a)
+    f = keras.layers.Dense(128, activation="relu", name="ff1")(h)
+    f = keras.layers.Dense(64, name="ff2")(f)
+    out = keras.layers.Dense(8, name="head")(keras.layers.GlobalAveragePooling1D()(h + f))
+    return keras.Model(tokens, out, name=name)
+'''

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 
 from conftest import last_json, run_python
+from support import JAX_MODELS
 
 HEAD = '''
 import json, math, gputrain_kit as kit
@@ -15,10 +16,7 @@ kit.setup(devices=8, backend="jax")
 import jax, keras, numpy as np
 from keras import distribution
 
-def mlp(name="mlp"):
-    return keras.Sequential([keras.Input((256,)), keras.layers.Dense(512, activation="relu", name="d1"),
-                             keras.layers.Dense(512, activation="relu", name="d2"), keras.layers.Dense(16, name="d3")],
-                            name=name)
+''' + JAX_MODELS + '''
 
 devices = distribution.list_devices()
 mesh8 = distribution.DeviceMesh((8,), ["batch"], devices)

@@ -8,26 +8,9 @@ import pytest
 from gputrain_kit import check
 from gputrain_kit.sharding import kernels_not_2d, mesh_bytes
 from conftest import last_json, run_python
+from support import JAX_MODELS
 
-MODELS = '''
-import keras
-
-def mlp(name="mlp"):
-    return keras.Sequential([keras.Input((256,)), keras.layers.Dense(512, activation="relu", name="d1"),
-                             keras.layers.Dense(512, activation="relu", name="d2"), keras.layers.Dense(16, name="d3")],
-                            name=name)
-
-def block(name="block"):
-    """Embedding, self-attention and a feed-forward pair: a tiny transformer block."""
-    tokens = keras.Input((16,), dtype="int32")
-    h = keras.layers.Embedding(128, 64, name="embed")(tokens)
-    a = keras.layers.MultiHeadAttention(num_heads=4, key_dim=16, name="attention")(h, h)
-    h = keras.layers.LayerNormalization(name="norm")(h + a)
-    f = keras.layers.Dense(128, activation="relu", name="ff1")(h)
-    f = keras.layers.Dense(64, name="ff2")(f)
-    out = keras.layers.Dense(8, name="head")(keras.layers.GlobalAveragePooling1D()(h + f))
-    return keras.Model(tokens, out, name=name)
-'''
+MODELS = "import keras\n" + JAX_MODELS
 
 
 def _run(body: str):
