@@ -319,9 +319,11 @@ def _int_list_text(text: str, words: Iterable[str], ranges: bool) -> list[int] |
     text = _unquote(text).lower().replace(",", ", ")          # a comma separates items: '5,400' is [5, 400]
     text = re.sub(r"^[\[({]\s*|\s*[\])}]$", "", text)
     if ranges:
+        spans = list(re.finditer(r"(\d+)\s*(?:-|–|\.\.|\bto\b|\bthrough\b)\s*(\d+)", text))
+        if any(int(m.group(1)) > int(m.group(2)) for m in spans):
+            return None               # '10-7': a range written downwards is not a form this reads (nor 10 and -7)
         text = re.sub(r"(\d+)\s*(?:-|–|\.\.|\bto\b|\bthrough\b)\s*(\d+)",
-                      lambda m: " ".join(str(i) for i in range(int(m.group(1)), int(m.group(2)) + 1))
-                      if int(m.group(1)) <= int(m.group(2)) else m.group(0), text)
+                      lambda m: " ".join(str(i) for i in range(int(m.group(1)), int(m.group(2)) + 1)), text)
     found = _numbers_among(text, _allowed(tuple(words) + ("and",)) - _FILLER, ",;:&")
     values = [as_int(number) for number in found or []]
     return None if found is None or None in values else [v for v in values if v is not None]

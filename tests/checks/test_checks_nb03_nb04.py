@@ -99,7 +99,7 @@ def test_nb04_resumed_epochs_wrong_value_hints_without_the_answer(answer):
     assert not result and repr(result).startswith("Not yet.") and "7, 8" not in repr(result)
 
 
-@pytest.mark.parametrize("answer", [7, "seven on", None])
+@pytest.mark.parametrize("answer", [7, "seven on", None, "10-7", "10 to 7"])   # a range written downwards: a form
 def test_nb04_resumed_epochs_wrong_form_and_unanswered(answer):
     result = check.nb04_resumed_epochs(answer)
     assert not result and "Not a form this check reads" in repr(result) and "list" in repr(result)

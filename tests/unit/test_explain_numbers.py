@@ -61,7 +61,7 @@ CHILD = """
             got[name] = None
         except Exception as err:
             found = kit.explain(err, plan=plan)
-            got[name] = {"type": type(err).__name__, "text": str(err)[-3000:], "key": found.key,
+            got[name] = {"type": type(err).__name__, "text": str(err), "key": found.key,
                          "explained": " ".join(str(found).split())}
 
     def strategy(to_one=False):
@@ -213,9 +213,13 @@ def test_a_conv_net_with_an_empty_replica_is_explained_by_its_own_shapes(family)
         assert one is None and two is None and bare is None
         return
     assert one["key"] == two["key"] == bare["key"] == "empty-replica-conv", (one, two, bare)
-    assert "Unable to broadcast tensor of shape [1,1,1,5] to tensor of shape [0,6,6,1]" in one["text"]
-    text = _ours(one, "shape [0,6,6,1]: 0 samples, with 1 channel where", "statistics [1,1,1,5] have 5",
-                 "step 2 of 2 splits 3 samples [1, 1, 1, 0]")
+    if "Unable to broadcast" in one["text"]:
+        assert "Unable to broadcast tensor of shape [1,1,1,5] to tensor of shape [0,6,6,1]" in one["text"]
+        text = _ours(one, "shape [0,6,6,1]: 0 samples, with 1 channel where", "statistics [1,1,1,5] have 5",
+                     "step 2 of 2 splits 3 samples [1, 1, 1, 0]")
+    else:    # which replica's op fails first is a race: under load BatchNorm's gradient (RsqrtGrad) was seen first
+        assert "RsqrtGrad" in one["text"], one
+        text = _ours(one, "BatchNormalization's gradient (RsqrtGrad)", "step 2 of 2 splits 3 samples [1, 1, 1, 0]")
     assert "oneDNN" in text and "in the shape of its input" in text and "Eigen" in text
     assert "Incompatible shapes: [5] vs. [2]" in two["text"]         # 2 input channels: BN's moving-mean update
     _ours(two, "met 5 values (one per channel of the layer) and 2", "[1, 1, 1, 0]")
