@@ -22,7 +22,7 @@ Empty pieces are what poison or crash BatchNormalization in notebook 05.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 from ._args import require_bool, require_choice, require_int
 
@@ -192,3 +192,28 @@ def plan_verdict(plan: list[list[int]]) -> str:
         return (f"every replica gets data; step {uneven[0] + 1} splits unevenly {plan[uneven[0]]}, which fit "
                 "accepts (the replica with fewer samples waits a moment for the others).")
     return "every step splits evenly: every replica gets the same number of samples."
+
+
+def empty_step_fixes(batch: int, devices: int, steps: int = 1, *, batches: Iterable[int] | None = None,
+                     accumulations: Iterable[int] | None = None, devices_choices: Iterable[int] | None = None
+                     ) -> list[str]:
+    """The settings that give every one of ``devices`` replicas data in each of the ``steps`` accumulation steps
+    of a global batch of ``batch`` (each step's batch a multiple of the device count), among the choices given
+    (``None``: any global batch, any smaller accumulation count; other device counts only where
+    ``devices_choices`` names them). Each fix, followed, leaves no replica empty; [] when none of the choices does."""
+    fixes = []
+    multiple = devices * steps
+    if batches is None or any(int(b) % multiple == 0 for b in batches):
+        fixes.append(f"a global batch that is a multiple of {multiple:,}")
+    fewer = [int(k) for k in (range(1, steps) if accumulations is None else accumulations)
+             if int(k) < steps and batch % int(k) == 0 and (batch // int(k)) % devices == 0]
+    if fewer:
+        k = max(fewer)                  # the most accumulation that works keeps most of its memory saving
+        fixes.append(f"{k} accumulation step{'s' if k > 1 else ''} (steps of {batch // k:,}, a multiple of {devices})"
+                     if k > 1 else f"no accumulation (one step of {batch:,}, a multiple of {devices})")
+    step = batch // steps
+    others = sorted({int(d) for d in devices_choices or ()} - {1, devices})
+    dividing = [d for d in others if step % d == 0]
+    if dividing:
+        fixes.append(f"devices={' or '.join(map(str, dividing[-2:]))} (dividing each step's {step:,} samples)")
+    return fixes

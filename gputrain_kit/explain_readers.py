@@ -192,8 +192,19 @@ def _read_collective(base: Explanation, text: str, plan: Plan | None) -> Explana
         here.append(f"Here the replica on {found[1]} sent shape {_tf(mine)} and another replica {_tf(other)}, "
                     "flattened as TensorFlow all-reduces them.")
         if len(mine) == len(other) == 1:
-            here.append(f"If these are synchronized BatchNorm's sums, that replica's activations had "
-                        f"{_plural(mine[0], 'channel')} where the layer has {other[0]}.")
+            # Which replica reports is a race: the odd one is the plan's empty replica, wherever it is named.
+            empty = {r for sizes in plan or [] for r, n in enumerate(sizes) if n == 0}
+            reporter = int(found[1].rsplit(":", 1)[1])
+            if empty and reporter not in empty:
+                odd, layer, who = other[0], mine[0], "the other replica's"
+            elif empty:
+                odd, layer, who = mine[0], other[0], "that replica's"
+            else:
+                odd = layer = 0
+            here.append(f"If these are synchronized BatchNorm's sums, {who} activations had "
+                        f"{_plural(odd, 'channel')} where the layer has {layer}." if odd else
+                        "If these are synchronized BatchNorm's sums, one replica's activations had another channel "
+                        f"count than the others' ({mine[0]} and {other[0]}).")
     elif shapes and "Shape mismatch in the collective instance" not in text:
         i, a, j, b = shapes
         here.append(f"Here the sum on one device (AddN: ReductionToOneDevice adds the replicas' tensors) got "

@@ -340,19 +340,17 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
     else:
         shares = [-(-batch_size // devices)] * devices if strategy == "data" else [batch_size]
         per_step_batch = batch_size // accumulation_steps
-        from .batching import split_batch
+        from .batching import empty_step_fixes, split_batch
 
-        empty = split_batch(per_step_batch, devices).count(0) if strategy == "data" else 0
-        if empty:           # tf.distribute gives each replica ceil(batch / devices) in order: 6 on 4 is [2, 2, 2, 0]
+        split = split_batch(per_step_batch, devices) if strategy == "data" else []
+        if 0 in split:      # tf.distribute gives each replica ceil(batch / devices) in order: 6 on 4 is [2, 2, 2, 0]
             import warnings
 
-            warnings.warn(f"{func}: a step of {per_step_batch} sample(s) on devices={devices} leaves {empty} replica(s) "
-                          f"with no sample in every step (split {split_batch(per_step_batch, devices)}): Keras 3's fit "
-                          "refuses such a first step (notebook 02), a custom loop runs it and BatchNormalization's "
-                          "statistics turn NaN there (notebook 05). Use a global batch that is a multiple of "
-                          f"{devices * accumulation_steps}"
-                          + (f", or fewer accumulation steps such that each step's batch is a multiple of {devices}."
-                             if accumulation_steps > 1 else "."),
+            warnings.warn(f"{func}: a step of {per_step_batch} sample(s) on devices={devices} leaves {split.count(0)} "
+                          f"replica(s) with no sample in every step (split {split}): Keras 3's fit refuses such a "
+                          "first step (notebook 02), a custom loop runs it and BatchNormalization's statistics turn "
+                          "NaN there (notebook 05). Use "
+                          + ", or ".join(empty_step_fixes(batch_size, devices, accumulation_steps)) + ".",
                           UserWarning, stacklevel=2)
         per_device = [usage(stats, s) for s in shares]
     levers = []

@@ -11,7 +11,7 @@ import sys
 import warnings
 from typing import Any
 
-from .batching import split_batch
+from .batching import empty_step_fixes, split_batch
 from .memory import TIGHT_SHARE, memory_verdict  # the verdict is logic (memory.py), re-exported here
 
 #: The resolution of the figures the explorers draw as images (Jupyter's inline figures: 100).
@@ -323,15 +323,15 @@ class MemoryExplorer:
         if self.strategy.value == "data" and devices == 1:
             notes.append("Data parallelism on 1 device is the single-device case: move 'devices' up to split the "
                          "batch.")
-        elif self.strategy.value == "data" and (empty := split_batch(step, devices).count(0)):
-            notes.append(f"{of_step or f'A global batch of {batch:,}'} on {devices} devices: {empty} of them get no "
-                         f"sample in every step (split {split_batch(step, devices)}): Keras 3's fit refuses such a first "
-                         "step (notebook 02), a custom loop runs it and BatchNormalization's statistics turn NaN there "
-                         f"(notebook 05). Move the batch to a multiple of {devices * steps:,}"
-                         + (f", or use fewer accumulation steps such that each step's batch is a multiple of {devices}"
-                            if steps > 1 else "")
-                         + ("." if any(int(b) % (devices * steps) == 0 for b in self.batch.options)
-                            else " (no batch on the slider is one: move 'devices' to one that divides the batch)."))
+        elif self.strategy.value == "data" and 0 in (split := split_batch(step, devices)):
+            fixes = empty_step_fixes(batch, devices, steps, batches=self.batch.options,
+                                     accumulations=self.accumulation.options,
+                                     devices_choices=range(self.devices.min, self.devices.max + 1))
+            notes.append(f"{of_step or f'A global batch of {batch:,}'} on {devices} devices: {split.count(0)} of them "
+                         f"get no sample in every step (split {split}): Keras 3's fit refuses such a first step "
+                         "(notebook 02), a custom loop runs it and BatchNormalization's statistics turn NaN there "
+                         "(notebook 05). " + (f"Set {', or '.join(fixes)}." if fixes else
+                                              "No setting of the sliders but 1 device gives every device data."))
         elif self.strategy.value == "data" and step % devices:
             notes.append(f"{of_step + ' do' if of_step else f'A global batch of {batch:,} does'} not split evenly "
                          f"over {devices} devices: Keras 3's fit refuses such a first step (notebook 02); the estimate "

@@ -192,38 +192,51 @@ def _replicas_named(replicas: list[int]) -> str:
             "replicas " + ", ".join(map(str, replicas[:-1])) + f" and {replicas[-1]}")
 
 
-def _few_samples_fix(fits: int, replicas: int) -> str:
-    """The fix for data that fill no whole global batch: ``fits``, the samples rounded down to the replica count."""
+def _few_samples_fix(n_samples: int, global_batch: int, replicas: int) -> str:
+    """The fix for data that fill no whole global batch: a smaller batch that fits them, or enough data for one,
+    each with fixed-size batches (drop_remainder=True), since a partial last step is what leaves replicas empty."""
+    fits = n_samples - n_samples % replicas          # the samples rounded down to the replica count
+    if global_batch % replicas == 0:
+        more = f"at least {global_batch} samples, with drop_remainder=True"
+    else:
+        more = (f"more data, at a global batch that is a multiple of {replicas} (at least that many samples), with "
+                "drop_remainder=True")
     if fits:
         return (f"a global batch of at most {fits} that is a multiple of the replica count, with drop_remainder=True "
-                "(or a sample count that the batch divides, so no step is partial), or more data.")
-    return (f"more data: at least one whole global batch ({replicas} samples give one per replica at a global "
-            f"batch of {replicas}).")
+                f"(or a sample count that the batch divides, so no step is partial), or {more}.")
+    return (f"more data: at least {replicas} samples at a global batch of {replicas} (one per replica)"
+            + (f", or at least {global_batch} at the global batch of {global_batch}"
+               if global_batch % replicas == 0 and global_batch > replicas else "")
+            + ", with drop_remainder=True.")
 
 
-def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int) -> str:
+def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int, n_samples: int | None = None) -> str:
     """For the ``"dataset"`` path (``fit``, ``experimental_distribute_dataset``): what ``fit`` does with a plan whose
     first step splits unevenly (it refuses it at that step, notebook 02) and what a custom loop meets instead;
     "" when the first step splits evenly. An empty replica in a first step makes it uneven too, so a global batch
-    that leaves a replica empty in every step never reaches BatchNormalization in ``fit``."""
+    that leaves a replica empty in every step never reaches BatchNormalization in ``fit``. ``n_samples``: the data's
+    size (default: the samples the plan holds, all of them unless drop_remainder dropped some)."""
     if not plan or len(set(plan[0])) == 1:
         return ""
     text = (f"Keras 3 fit refuses this at its first step, before any BatchNormalization update: step 1 splits "
             f"{plan[0]}, and fit starts by averaging the replicas' first batches, which needs equal sizes "
             "(InvalidArgumentError: Inputs to operation AddN ... must have the same size and shape; notebook 02, "
             "section 5).")
+    n_samples = sum(map(sum, plan)) if n_samples is None else n_samples
     below = global_batch - global_batch % replicas
-    choices = f"{below} or {below + replicas}" if below else f"{replicas} or {2 * replicas}"
+    fitting = [c for c in ((below, below + replicas) if below else (replicas, 2 * replicas)) if c <= n_samples]
+    choices = " or ".join(map(str, fitting))
     every = [i for i, size in enumerate(split_batch(global_batch, replicas)) if size == 0]
     full_steps = sum(1 for sizes in plan if sum(sizes) == global_batch)
     empty = empty_slots(plan)
     loop = "A custom loop (strategy.run over experimental_distribute_dataset) accepts it"
+    fixed = f"with drop_remainder=True unless that batch divides the {n_samples} samples"
     if every and full_steps:
         text += (f" {loop}, and there a global batch of {global_batch} over {replicas} replicas leaves "
                  f"{_replicas_named(every)} empty in every full step, drop_remainder or not: BatchNormalization "
                  "writes NaN into the empty replica's copy of the moving statistics at the first step (notebook 05). "
-                 f"Fix: a global batch that is a multiple of the replica count ({choices}): drop_remainder, "
-                 "repeat() and padding cannot help.")
+                 f"Fix: a global batch that is a multiple of the replica count ({choices}), {fixed}; "
+                 "drop_remainder, repeat() or padding alone cannot help.")
     elif empty:
         step = empty[0][0]
         text += (f" {loop}; there step {step + 1} gives {_replicas_named([r for s, r in empty if s == step])} no "
@@ -232,12 +245,11 @@ def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int) 
                  "fixed-size batches (drop_remainder=True on the global batch, or repeat() with steps_per_epoch).")
     else:
         text += (f" {loop} (a replica with fewer samples waits for the others). Fix: a global batch that is a "
-                 f"multiple of the replica count ({choices}).")
-    samples = sum(plan[0])
-    if samples < global_batch:           # the data fill no whole step: the batch is not what to change first
-        fits = samples - samples % replicas
-        text = text[:text.rindex(" Fix: ")] + (
-            f" Fix: the {samples} samples fill no whole global batch of {global_batch}: " + _few_samples_fix(fits, replicas))
+                 f"multiple of the replica count ({choices}), {fixed}.")
+    if n_samples < global_batch or not fitting:    # the data fill no step a fix could use: more data, or less batch
+        lead = (f"the {n_samples} samples fill no whole global batch of {global_batch}" if n_samples < global_batch
+                else f"the {n_samples} samples fill no global batch that is a multiple of the replica count")
+        text = text[:text.rindex(" Fix: ")] + f" Fix: {lead}: " + _few_samples_fix(n_samples, global_batch, replicas)
     return text
 
 
@@ -253,20 +265,17 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
     """
     via = input_path("check_batch_plan", via)
     plan = plan_batches(n_samples, global_batch, replicas, drop_remainder, via=via, _caller="check_batch_plan")
-    refused = first_step_verdict(plan, global_batch, replicas) if via == "dataset" else ""
+    refused = first_step_verdict(plan, global_batch, replicas, n_samples) if via == "dataset" else ""
     if refused:                          # fit stops at step 1, whatever the later steps hold
         warnings.warn(refused, EmptyReplicaWarning if empty_slots(plan) else UnevenBatchWarning, stacklevel=2)
     elif not plan:                         # drop_remainder on fewer samples than one batch: nothing trains at all
         warnings.warn(f"drop_remainder=True leaves no step at all: {n_samples} samples do not fill one whole step "
                       f"of {global_batch} over {replicas} replicas, so every replica gets nothing and training runs "
-                      "no step. " + (f"Use a global batch of at most {n_samples - n_samples % replicas} that is a multiple of "
-                                     "the replica count." if n_samples >= replicas else "Use more data: at least "
-                                     f"{replicas} samples, one per replica."), EmptyReplicaWarning,
+                      "no step. Fix: " + _few_samples_fix(n_samples, global_batch, replicas), EmptyReplicaWarning,
                       stacklevel=2)
     elif empty_slots(plan) and n_samples < global_batch:      # the data fill no step: no batching trick helps
-        fits = n_samples - n_samples % replicas
         warnings.warn(plan_verdict(plan).split(" Fix: ")[0] + f" Fix: the {n_samples} samples fill no whole global "
-                      f"batch of {global_batch}: " + _few_samples_fix(fits, replicas),
+                      f"batch of {global_batch}: " + _few_samples_fix(n_samples, global_batch, replicas),
                       EmptyReplicaWarning, stacklevel=2)
     elif empty_slots(plan):
         where = "the global batch" if via == "dataset" else "each replica's batch"

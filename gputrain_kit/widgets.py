@@ -326,7 +326,8 @@ class SplitExplorer:
             from .batching import plan_verdict
             from .replicas import first_step_verdict
 
-            refused = first_step_verdict(plan, int(self.global_batch.value), int(self.replicas.value))
+            refused = first_step_verdict(plan, int(self.global_batch.value), int(self.replicas.value),
+                                         int(self.n_samples.value))
             if refused:
                 shown = shown.replace(f"<p>{html.escape(plan_verdict(plan))}</p>", f"<p>{html.escape(refused)}</p>")
                 tip = ""                   # its Fix says what to change; drop_remainder alone never is

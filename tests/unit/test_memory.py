@@ -139,7 +139,10 @@ def test_estimate_is_not_a_bound_either_way():
     out = last_json(proc)
     ratio = {name: case["measured"]["total"] / case["estimated"] for name, case in out.items()}
     assert 0.95 < ratio["wide sgd"] < 1.05                  # parameters + gradients: what the estimate counts
-    assert ratio["wide adam"] > 1.3                         # above the estimate: not an upper bound
+    # above the estimate: not an upper bound. Notebook 03's band is "above 1.2"; the step holds the gradient and at
+    # least one weight-sized temporary of Adam's update (1.24x), usually two (1.49x): the order the step frees them in
+    # moves with the load (1.24 met in a loaded run)
+    assert ratio["wide adam"] > 1.2
     assert ratio["dense+relu layers"] < 0.8                 # below the estimate: not a lower bound
     split, fused = out["dense+relu layers"], out["dense(relu)"]
     assert split["estimated"] > 1.5 * fused["estimated"]                 # counted the ReLU layers' outputs too...
