@@ -203,8 +203,10 @@ def empty_step_fixes(batch: int, devices: int, steps: int = 1, *, batches: Itera
     ``devices_choices`` names them). Each fix, followed, leaves no replica empty; [] when none of the choices does."""
     fixes = []
     multiple = devices * steps
-    if batches is None or any(int(b) % multiple == 0 for b in batches):
+    if batches is None:
         fixes.append(f"a global batch that is a multiple of {multiple:,}")
+    elif found := sorted({int(b) for b in batches if int(b) % multiple == 0}, key=lambda b: (abs(b - batch), b))[:2]:
+        fixes.append(f"a global batch that is a multiple of {multiple:,} ({' or '.join(f'{b:,}' for b in sorted(found))})")
     fewer = [int(k) for k in (range(1, steps) if accumulations is None else accumulations)
              if int(k) < steps and batch % int(k) == 0 and (batch // int(k)) % devices == 0]
     if fewer:
@@ -216,4 +218,15 @@ def empty_step_fixes(batch: int, devices: int, steps: int = 1, *, batches: Itera
     dividing = [d for d in others if step % d == 0]
     if dividing:
         fixes.append(f"devices={' or '.join(map(str, dividing[-2:]))} (dividing each step's {step:,} samples)")
+    if not fixes and accumulations is not None:     # no one control does it: two together (fewer steps, devices)
+        pairs = [(int(k), d) for k in accumulations for d in others
+                 if int(k) < steps and batch % int(k) == 0 and (batch // int(k)) % d == 0]
+        if pairs:
+            k, d = max(pairs, key=lambda pair: (pair[1], pair[0]))
+            fixes.append(f"{k} accumulation step{'s' if k > 1 else ''} with devices={d} (steps of {batch // k:,})")
+    if not fixes and batches is not None:           # nor fewer steps: a larger batch with a device count that divides
+        pairs = [(int(b), d) for b in batches for d in others if int(b) % (d * steps) == 0]
+        if pairs:
+            b, d = min(pairs, key=lambda pair: (abs(pair[1] - devices), abs(pair[0] - batch)))
+            fixes.append(f"a global batch of {b:,} with devices={d}")
     return fixes

@@ -121,9 +121,29 @@ def _with(base: Explanation, *, what: str = "", why: str = "", fix: str = "") ->
 
 # --------------------------------------------------------------------------- an empty replica batch, oneDNN
 
-_EMPTY_FIX = ("give every step a full global batch: `drop_remainder=True` on the dataset's `batch()`, or "
-              "`repeat()` with `steps_per_epoch`, or pad the data to a multiple of the global batch; "
-              "`kit.check_batch_plan(n_samples, global_batch, replicas)` warns before training.")
+_EMPTY_FIX = ("give every step a batch that fills every replica: a global batch that is a multiple of the replica "
+              "count, and fixed-size batches where it does not divide the data (`drop_remainder=True` on the "
+              "dataset's `batch()`, or `repeat()` with `steps_per_epoch`, or pad the data to a multiple of the "
+              "global batch); `kit.check_batch_plan(n_samples, global_batch, replicas)` warns before training.")
+
+
+def _plan_fix(plan: Plan | None) -> str:
+    """The fix for the plan passed, in its numbers (``check_batch_plan``'s, so both say the same): a first step
+    that splits unevenly or leaves a replica empty needs another global batch; a later empty step, fixed-size
+    batches. "" without a plan, or where every step fills every replica."""
+    if not plan:
+        return ""
+    from .replicas import first_step_verdict
+
+    replicas, global_batch = len(plan[0]), sum(plan[0])
+    refused = first_step_verdict(plan, global_batch, replicas)
+    if refused:
+        return "Here: " + refused.split(" Fix: ", 1)[1]
+    if any(0 in sizes for sizes in plan):
+        full = sum(1 for sizes in plan if sum(sizes) == global_batch)
+        return (f"Here: drop_remainder=True on the global batch of {global_batch} trains only the full "
+                f"step{'s' if full != 1 else ''} ({full} of {len(plan)}), each split {plan[0]}.")
+    return ""
 
 _ONEDNN_CONV = ("TensorFlow's oneDNN CPU kernels return a Conv2D's output for an empty batch in the shape of its "
                 "input (the input's channels, not the layer's filters)")
@@ -150,7 +170,7 @@ def _read_empty_conv(base: Explanation, text: str, plan: Plan | None) -> Explana
     elif found := re.search(r"got (\d+) and (\d+)", text):
         here = (f"Here BatchNormalization's gradient (RsqrtGrad) on {who} met {found[1]} values against "
                 f"{found[2]}: per-channel values for two different channel counts.")
-    return _with(base, why=" ".join(filter(None, [here, _plan_empty(plan)])))
+    return _with(base, why=" ".join(filter(None, [here, _plan_empty(plan)])), fix=_plan_fix(plan))
 
 
 _EMPTY_SHAPES = re.compile(r"to tensor of shape \[0,|RsqrtGrad|Incompatible shapes: \[0,|Matrix size-incompatible: "
@@ -192,19 +212,20 @@ def _read_collective(base: Explanation, text: str, plan: Plan | None) -> Explana
         here.append(f"Here the replica on {found[1]} sent shape {_tf(mine)} and another replica {_tf(other)}, "
                     "flattened as TensorFlow all-reduces them.")
         if len(mine) == len(other) == 1:
-            # Which replica reports is a race: the odd one is the plan's empty replica, wherever it is named.
+            # Which member reports is a race, so the odd one is the plan's empty replica, wherever it is named. Its
+            # device names its replica only on one machine with every device of a kind in order (kit.setup's
+            # logical devices); elsewhere (another worker, MirroredStrategy(["GPU:2", "GPU:3"])) no guess is made.
             empty = {r for sizes in plan or [] for r, n in enumerate(sizes) if n == 0}
-            reporter = int(found[1].rsplit(":", 1)[1])
-            if empty and reporter not in empty:
-                odd, layer, who = other[0], mine[0], "the other replica's"
-            elif empty:
-                odd, layer, who = mine[0], other[0], "that replica's"
-            else:
-                odd = layer = 0
+            local = re.search(r"/job:localhost/replica:0/task:0/device:CPU:(\d+) expected", text)
+            odd = layer = 0
+            if empty and local and len(empty) < len((plan or [[]])[0]):
+                reporter = int(local[1])
+                odd, layer, who = ((mine[0], other[0], "that replica's") if reporter in empty else
+                                   (other[0], mine[0], "the other replica's"))
             here.append(f"If these are synchronized BatchNorm's sums, {who} activations had "
                         f"{_plural(odd, 'channel')} where the layer has {layer}." if odd else
                         "If these are synchronized BatchNorm's sums, one replica's activations had another channel "
-                        f"count than the others' ({mine[0]} and {other[0]}).")
+                        f"count than the other's ({mine[0]} and {other[0]}).")
     elif shapes and "Shape mismatch in the collective instance" not in text:
         i, a, j, b = shapes
         here.append(f"Here the sum on one device (AddN: ReductionToOneDevice adds the replicas' tensors) got "
@@ -215,7 +236,7 @@ def _read_collective(base: Explanation, text: str, plan: Plan | None) -> Explana
             here[-1] += "."
     if plan is not None:
         here.append(_plan_empty(plan))
-    explanation = _with(base, why=" ".join(here))
+    explanation = _with(base, why=" ".join(here), fix=_plan_fix(plan))
     if "Shape mismatch in the collective instance" in text:     # an aborted collective poisons the process
         explanation = _with(explanation, fix="Restart the kernel (or process) first: after this abort every later "
                                              "collective in it fails too.")
@@ -263,11 +284,14 @@ def _read_uneven(base: Explanation, text: str, plan: Plan | None) -> Explanation
             split = split or plan[0]
         else:
             here.append(f"The plan passed splits step 1 evenly {_split(plan[0])}: is it the plan of this run?")
-    if split:
+    if plan is not None and len(set(plan[0])) > 1:      # the plan's own numbers: choices the data can fill
+        fix = _plan_fix(plan)
+    elif split:
         batch, count = sum(split), len(split)
         below = batch - batch % count
         choices = f"{below} or {below + count}" if below else f"{count} or {2 * count}"
-        fix = f"Here: {choices} instead of {batch} on {count} replicas."
+        fix = (f"Here: {choices} instead of {batch} on {count} replicas, if the data hold that many samples "
+               "(pass plan= to have the data's size taken into account).")
     return _with(base, why=" ".join(here), fix=fix)
 
 

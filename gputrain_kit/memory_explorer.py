@@ -319,7 +319,8 @@ class MemoryExplorer:
         notes = list(self._said_once)
         devices, batch, steps = int(self.devices.value), int(self.batch.value), int(self.accumulation.value)
         step = batch // steps                        # the samples of one step (the batch fit gets)
-        of_step = f"Each step's {step:,} samples ({batch:,} in {steps} accumulation steps)" if steps > 1 else ""
+        of_step = (f"Each step's {step:,} sample{'s' if step != 1 else ''} ({batch:,} in {steps} accumulation steps)"
+                   if steps > 1 else "")
         if self.strategy.value == "data" and devices == 1:
             notes.append("Data parallelism on 1 device is the single-device case: move 'devices' up to split the "
                          "batch.")
@@ -327,11 +328,12 @@ class MemoryExplorer:
             fixes = empty_step_fixes(batch, devices, steps, batches=self.batch.options,
                                      accumulations=self.accumulation.options,
                                      devices_choices=range(self.devices.min, self.devices.max + 1))
-            notes.append(f"{of_step or f'A global batch of {batch:,}'} on {devices} devices: {split.count(0)} of them "
-                         f"get no sample in every step (split {split}): Keras 3's fit refuses such a first step "
-                         "(notebook 02), a custom loop runs it and BatchNormalization's statistics turn NaN there "
-                         "(notebook 05). " + (f"Set {', or '.join(fixes)}." if fixes else
-                                              "No setting of the sliders but 1 device gives every device data."))
+            idle = split.count(0)
+            notes.append(f"{of_step or f'A global batch of {batch:,}'} on {devices} devices: {idle} of them "
+                         f"get{'s' if idle == 1 else ''} no sample in every step (split {split}): Keras 3's fit refuses "
+                         "such a first step (notebook 02), a custom loop runs it and BatchNormalization's statistics "
+                         "turn NaN there (notebook 05). " + (f"Set {', or '.join(fixes)}." if fixes else
+                                                             "Only 1 device gives every device data here."))
         elif self.strategy.value == "data" and step % devices:
             notes.append(f"{of_step + ' do' if of_step else f'A global batch of {batch:,} does'} not split evenly "
                          f"over {devices} devices: Keras 3's fit refuses such a first step (notebook 02); the estimate "

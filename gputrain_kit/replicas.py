@@ -192,6 +192,10 @@ def _replicas_named(replicas: list[int]) -> str:
             "replicas " + ", ".join(map(str, replicas[:-1])) + f" and {replicas[-1]}")
 
 
+def _samples(n: int) -> str:
+    return f"{n} sample" if n == 1 else f"{n} samples"
+
+
 def _few_samples_fix(n_samples: int, global_batch: int, replicas: int) -> str:
     """The fix for data that fill no whole global batch: a smaller batch that fits them, or enough data for one,
     each with fixed-size batches (drop_remainder=True), since a partial last step is what leaves replicas empty."""
@@ -199,8 +203,8 @@ def _few_samples_fix(n_samples: int, global_batch: int, replicas: int) -> str:
     if global_batch % replicas == 0:
         more = f"at least {global_batch} samples, with drop_remainder=True"
     else:
-        more = (f"more data, at a global batch that is a multiple of {replicas} (at least that many samples), with "
-                "drop_remainder=True")
+        up = -(-global_batch // replicas) * replicas      # the next multiple of the replica count
+        more = f"at least {up} samples at a global batch of {up}, with drop_remainder=True"
     if fits:
         return (f"a global batch of at most {fits} that is a multiple of the replica count, with drop_remainder=True "
                 f"(or a sample count that the batch divides, so no step is partial), or {more}.")
@@ -230,7 +234,7 @@ def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int, 
     full_steps = sum(1 for sizes in plan if sum(sizes) == global_batch)
     empty = empty_slots(plan)
     loop = "A custom loop (strategy.run over experimental_distribute_dataset) accepts it"
-    fixed = f"with drop_remainder=True unless that batch divides the {n_samples} samples"
+    fixed = f"with drop_remainder=True where the new batch does not divide the {_samples(n_samples)}"
     if every and full_steps:
         text += (f" {loop}, and there a global batch of {global_batch} over {replicas} replicas leaves "
                  f"{_replicas_named(every)} empty in every full step, drop_remainder or not: BatchNormalization "
@@ -240,15 +244,15 @@ def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int, 
     elif empty:
         step = empty[0][0]
         text += (f" {loop}; there step {step + 1} gives {_replicas_named([r for s, r in empty if s == step])} no "
-                 "data, and BatchNormalization writes NaN into that replica's copy of the moving statistics "
+                 "data, and BatchNormalization writes NaN into each empty replica's copy of the moving statistics "
                  f"(notebook 05). Fix: a global batch that is a multiple of the replica count ({choices}), with "
                  "fixed-size batches (drop_remainder=True on the global batch, or repeat() with steps_per_epoch).")
     else:
         text += (f" {loop} (a replica with fewer samples waits for the others). Fix: a global batch that is a "
                  f"multiple of the replica count ({choices}), {fixed}.")
     if n_samples < global_batch or not fitting:    # the data fill no step a fix could use: more data, or less batch
-        lead = (f"the {n_samples} samples fill no whole global batch of {global_batch}" if n_samples < global_batch
-                else f"the {n_samples} samples fill no global batch that is a multiple of the replica count")
+        lead = (f"there are fewer samples ({n_samples}) than one global batch of {global_batch}"
+                if n_samples < global_batch else f"there are fewer samples ({n_samples}) than replicas ({replicas})")
         text = text[:text.rindex(" Fix: ")] + f" Fix: {lead}: " + _few_samples_fix(n_samples, global_batch, replicas)
     return text
 
@@ -269,13 +273,14 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
     if refused:                          # fit stops at step 1, whatever the later steps hold
         warnings.warn(refused, EmptyReplicaWarning if empty_slots(plan) else UnevenBatchWarning, stacklevel=2)
     elif not plan:                         # drop_remainder on fewer samples than one batch: nothing trains at all
-        warnings.warn(f"drop_remainder=True leaves no step at all: {n_samples} samples do not fill one whole step "
+        warnings.warn(f"drop_remainder=True leaves no step at all: {_samples(n_samples)} "
+                      f"do{'es' if n_samples == 1 else ''} not fill one whole step "
                       f"of {global_batch} over {replicas} replicas, so every replica gets nothing and training runs "
                       "no step. Fix: " + _few_samples_fix(n_samples, global_batch, replicas), EmptyReplicaWarning,
                       stacklevel=2)
     elif empty_slots(plan) and n_samples < global_batch:      # the data fill no step: no batching trick helps
-        warnings.warn(plan_verdict(plan).split(" Fix: ")[0] + f" Fix: the {n_samples} samples fill no whole global "
-                      f"batch of {global_batch}: " + _few_samples_fix(n_samples, global_batch, replicas),
+        warnings.warn(plan_verdict(plan).split(" Fix: ")[0] + f" Fix: there are fewer samples ({n_samples}) than "
+                      f"one global batch of {global_batch}: " + _few_samples_fix(n_samples, global_batch, replicas),
                       EmptyReplicaWarning, stacklevel=2)
     elif empty_slots(plan):
         where = "the global batch" if via == "dataset" else "each replica's batch"

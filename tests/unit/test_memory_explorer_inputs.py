@@ -224,7 +224,7 @@ def test_replicas_with_no_sample_are_said_in_the_controls_words_not_warned():
         e = MemoryExplorer(preset="course digits model", batch=4, devices=8, strategy="data")
         assert ("A global batch of 4 on 8 devices: 4 of them get no sample in every step (split [1, 1, 1, 1, 0, 0, "
                 "0, 0]): Keras 3's fit refuses such a first step (notebook 02), a custom loop runs it and "
-                "BatchNormalization's statistics turn NaN there (notebook 05). Set a global batch that is a multiple of 8, or "
+                "BatchNormalization's statistics turn NaN there (notebook 05). Set a global batch that is a multiple of 8 (8 or 16), or "
                 "devices=2 or 4 (dividing each step's 4 samples)."
                 ) in said(e)
         assert "evenly" not in said(e) and "estimate_memory" not in said(e)
