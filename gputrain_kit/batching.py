@@ -223,7 +223,8 @@ def empty_step_fixes(batch: int, devices: int, steps: int = 1, *, batches: Itera
                  if int(k) < steps and batch % int(k) == 0 and (batch // int(k)) % d == 0]
         if pairs:
             k, d = max(pairs, key=lambda pair: (pair[1], pair[0]))
-            fixes.append(f"{k} accumulation step{'s' if k > 1 else ''} with devices={d} (steps of {batch // k:,})")
+            fixes.append(f"{k} accumulation steps with devices={d} (steps of {batch // k:,})" if k > 1 else
+                         f"no accumulation with devices={d} (one step of {batch:,})")
     if not fixes and batches is not None:           # nor fewer steps: a larger batch with a device count that divides
         pairs = [(int(b), d) for b in batches for d in others if int(b) % (d * steps) == 0]
         if pairs:

@@ -71,6 +71,10 @@ def _ceil_split(first: int, short_at: int, short_size: int, replicas: int | None
     return [first] * short_at + [short_size] + [0] * (replicas - short_at - 1)
 
 
+class _OneStep(list):
+    """A plan given as one step's split ([1, 1, 1, 0]): it names that step, not the data's size or global batch."""
+
+
 def _check_plan(plan: Any) -> Plan | None:
     def sizes(step: Any) -> list[int] | None:
         if isinstance(step, (str, bytes)) or not isinstance(step, Sequence) or not step:
@@ -83,7 +87,7 @@ def _check_plan(plan: Any) -> Plan | None:
         return None
     one = sizes(plan)
     if one is not None:                                   # one step's split, e.g. [1, 1, 1, 0]
-        return [one]
+        return _OneStep([one])
     steps = [sizes(s) for s in plan] if isinstance(plan, Sequence) and not isinstance(plan, (str, bytes)) else []
     if steps and all(s is not None for s in steps) and len({len(s) for s in steps if s}) == 1:
         return [s for s in steps if s is not None]
@@ -130,20 +134,28 @@ _EMPTY_FIX = ("give every step a batch that fills every replica: a global batch 
 def _plan_fix(plan: Plan | None) -> str:
     """The fix for the plan passed, in its numbers (``check_batch_plan``'s, so both say the same): a first step
     that splits unevenly or leaves a replica empty needs another global batch; a later empty step, fixed-size
-    batches. "" without a plan, or where every step fills every replica."""
-    if not plan:
+    batches. "" without a whole plan (one step's split says nothing of the data), or where every step fills every
+    replica."""
+    if not plan or isinstance(plan, _OneStep):
         return ""
-    from .replicas import first_step_verdict
+    from .replicas import _few_samples_fix, first_step_verdict
 
-    replicas, global_batch = len(plan[0]), sum(plan[0])
+    replicas, samples = len(plan[0]), sum(map(sum, plan))
+    if len(plan) == 1:               # all the data in one step: its global batch is that step or larger, unknown
+        if len(set(plan[0])) == 1:
+            return ""
+        return (f"Here: all {samples} samples fill one step, split {plan[0]}: "
+                + _few_samples_fix(samples, samples, replicas))
+    global_batch = sum(plan[0])      # more than one step: the first is a whole global batch
     refused = first_step_verdict(plan, global_batch, replicas)
     if refused:
         return "Here: " + refused.split(" Fix: ", 1)[1]
     if any(0 in sizes for sizes in plan):
         full = sum(1 for sizes in plan if sum(sizes) == global_batch)
-        return (f"Here: drop_remainder=True on the global batch of {global_batch} trains only the full "
-                f"step{'s' if full != 1 else ''} ({full} of {len(plan)}), each split {plan[0]}.")
+        steps = f"the full steps ({full} of {len(plan)}), each" if full > 1 else f"the full step (1 of {len(plan)}),"
+        return f"Here: drop_remainder=True on the global batch of {global_batch} trains only {steps} split {plan[0]}."
     return ""
+
 
 _ONEDNN_CONV = ("TensorFlow's oneDNN CPU kernels return a Conv2D's output for an empty batch in the shape of its "
                 "input (the input's channels, not the layer's filters)")
@@ -215,10 +227,12 @@ def _read_collective(base: Explanation, text: str, plan: Plan | None) -> Explana
             # Which member reports is a race, so the odd one is the plan's empty replica, wherever it is named. Its
             # device names its replica only on one machine with every device of a kind in order (kit.setup's
             # logical devices); elsewhere (another worker, MirroredStrategy(["GPU:2", "GPU:3"])) no guess is made.
-            empty = {r for sizes in plan or [] for r, n in enumerate(sizes) if n == 0}
+            # The abort stops the run at the first step with an empty replica: only that step's empty ones count.
+            first = next((sizes for sizes in plan or [] if 0 in sizes), [])
+            empty = {r for r, n in enumerate(first) if n == 0}
             local = re.search(r"/job:localhost/replica:0/task:0/device:CPU:(\d+) expected", text)
             odd = layer = 0
-            if empty and local and len(empty) < len((plan or [[]])[0]):
+            if empty and local and len(empty) < len(first) and int(local[1]) < len(first):
                 reporter = int(local[1])
                 odd, layer, who = ((mine[0], other[0], "that replica's") if reporter in empty else
                                    (other[0], mine[0], "the other replica's"))
@@ -284,14 +298,16 @@ def _read_uneven(base: Explanation, text: str, plan: Plan | None) -> Explanation
             split = split or plan[0]
         else:
             here.append(f"The plan passed splits step 1 evenly {_split(plan[0])}: is it the plan of this run?")
-    if plan is not None and len(set(plan[0])) > 1:      # the plan's own numbers: choices the data can fill
+    if shapes and plan is not None and len(set(plan[0])) > 1 and split and split != plan[0]:
+        here.append("The error's first batch is not the plan's step 1: is it the plan of this run?")
+    if plan is not None and len(set(plan[0])) > 1 and _plan_fix(plan):   # the plan's numbers: batches the data fill
         fix = _plan_fix(plan)
     elif split:
         batch, count = sum(split), len(split)
         below = batch - batch % count
         choices = f"{below} or {below + count}" if below else f"{count} or {2 * count}"
-        fix = (f"Here: {choices} instead of {batch} on {count} replicas, if the data hold that many samples "
-               "(pass plan= to have the data's size taken into account).")
+        fix = f"Here: {choices} instead of {batch} on {count} replicas, if the data hold that many samples" + (
+            " (pass plan= to have the data's size taken into account)." if plan is None else ".")
     return _with(base, why=" ".join(here), fix=fix)
 
 

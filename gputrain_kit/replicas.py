@@ -238,7 +238,7 @@ def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int, 
     if every and full_steps:
         text += (f" {loop}, and there a global batch of {global_batch} over {replicas} replicas leaves "
                  f"{_replicas_named(every)} empty in every full step, drop_remainder or not: BatchNormalization "
-                 "writes NaN into the empty replica's copy of the moving statistics at the first step (notebook 05). "
+                 "writes NaN into each empty replica's copy of the moving statistics at the first step (notebook 05). "
                  f"Fix: a global batch that is a multiple of the replica count ({choices}), {fixed}; "
                  "drop_remainder, repeat() or padding alone cannot help.")
     elif empty:

@@ -202,7 +202,7 @@ def test_fits_first_step_averages_the_replicas_first_batches(family):
     assert "Input 0: [1,8] != input 3: [0,8]" in three["text"]
     # with the plan passed (3 samples in all), the fix is the data's: 4 or 8 would leave a replica empty again
     text = _ours(three, "[1, 1, 1, 0]", "first global batch of 3", "(tensors [1,8] and [0,8])",
-                 "fewer samples (3) than replicas (4)", "at least 4 samples at a global batch of 4")
+                 "all 3 samples fill one step, split [1, 1, 1, 0]", "at least 4 samples at a global batch of 4")
     assert "4 or 8 instead of 3" not in text
     assert "_maybe_symbolic_build" in text and "average" in text and "trac" not in text
     _ours(seven, "split [2, 2, 2, 1]", "first global batch of 7", "4 or 8 instead of 7", "pass plan=")
@@ -323,3 +323,35 @@ def test_the_odd_replica_is_the_plans_empty_one_whichever_member_reports(reporte
     assert "2 channels where the layer has 5" in said and "5 channels where" not in said
     unplanned = " ".join(str(kit.explain(text)).split())
     assert "another channel count than the other's (" in unplanned and "where the layer has" not in unplanned
+
+
+def test_the_odd_replica_is_named_only_where_the_plan_and_the_device_tell_it():
+    """The run aborts at its first step with an empty replica: only that step's empty replicas count (plan_batches(20,
+    6, 4) empties replica 3 in step 1, replicas 2 and 3 only in the last); a device outside the plan's replicas, or
+    another worker's, names no replica."""
+    def said(device: str, plan) -> str:
+        text = (f"Shape mismatch in the collective instance 12. Op at device {device} expected shape [5] but another "
+                "member in the group expected shape [2].")
+        return " ".join(str(kit.explain(text, plan=plan)).split())
+
+    local = "/job:localhost/replica:0/task:0/device:CPU:"
+    assert "the other replica's activations had 2 channels where the layer has 5" in said(local + "2",
+                                                                                          kit.plan_batches(20, 6, 4))
+    for device, plan in ((local + "5", [[1, 1, 1, 0]]), (local + "3", [[1, 0]]),
+                         ("/job:worker/replica:0/task:3/device:CPU:0", [[1, 1, 1, 0]]),
+                         ("/job:localhost/replica:0/task:0/device:GPU:2", [[1, 1, 1, 0]])):
+        assert "where the layer has" not in said(device, plan), (device, plan)
+        assert "another channel count than the other's (5 and 2)" in said(device, plan)
+
+
+def test_one_steps_split_says_nothing_of_the_data():
+    """plan=[2, 2, 2, 0] (one step's split, as the docstring allows) names the step, never a sample count or a fix
+    that assumes the data hold one step; a whole plan of one step gets the data's fix."""
+    text = "Unable to broadcast tensor of shape [1,1,1,5] to tensor of shape [0,6,6,1]"
+    one = " ".join(str(kit.explain(text, plan=[2, 2, 2, 0])).split())
+    assert "Here:" not in one and "6 samples" not in one.split("Fix:")[1]
+    whole = " ".join(str(kit.explain(text, plan=kit.plan_batches(5, 8, 4))).split())
+    assert "Here: all 5 samples fill one step, split [2, 2, 1, 0]: a global batch of at most 4" in whole
+    assert "cannot help" not in whole
+    later = " ".join(str(kit.explain(text, plan=kit.plan_batches(11, 8, 4))).split())
+    assert "trains only the full step (1 of 2), split [2, 2, 2, 2]" in later

@@ -136,8 +136,8 @@ def test_the_memory_explorers_note_names_only_settings_that_remove_it():
             settings.append((batch, int(m[1]) if m[1] else 1, devices))
         if m := re.search(r"devices=([\d or]+) \(dividing", text):
             settings += [(batch, steps, int(d)) for d in m[1].split(" or ")]
-        if m := re.search(r"(\d+) accumulation steps? with devices=(\d+)", text):
-            settings.append((batch, int(m[1]), int(m[2])))
+        if m := re.search(r"(?:(\d+) accumulation steps|no accumulation) with devices=(\d+)", text):
+            settings.append((batch, int(m[1]) if m[1] else 1, int(m[2])))
         if m := re.search(r"a global batch of ([\d,]+) with devices=(\d+)", text):
             settings.append((int(m[1].replace(",", "")), steps, int(m[2])))
         assert settings, (batch, steps, devices, text)               # every note names a way out that works
