@@ -231,6 +231,18 @@ _ENTRIES = (
         (r"Trying to access resource \S*replica_\d+\S* .*located in device .* from device",
          r"tfvariable_on_a_different_device")),
     _Entry(Explanation(
+        "step-cancelled",
+        "TensorFlow cancelled this step's function on a device before it started, because the step had already "
+        "failed elsewhere: this message is a consequence, not the cause.",
+        "Under a strategy one step runs a function on every device; when one of them fails, TensorFlow cancels "
+        "the others, and which error reaches Python first is a race. Under load the cancellation can win, "
+        "as it did in this course's tests for a second default MirroredStrategy in one process (the cause there "
+        "is the collective-instance-collision entry's shape mismatch).",
+        "restart the kernel (an aborted collective leaves every later one in the process failing) and run the "
+        "same code again: the first error usually comes through, and `kit.explain` names its cause.",
+        "notebook 01, section 1"),
+        (r"Function was cancelled before it was started",)),
+    _Entry(Explanation(
         "out-of-memory",
         "A device ran out of memory.",
         "The shape in the message is the allocation that failed; what the device already held counts "

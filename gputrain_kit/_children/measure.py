@@ -97,7 +97,7 @@ def run(config: dict[str, Any], build_source: str, build_name: str) -> dict[str,
     # Some updates leave one more buffer held until the next step begins, depending on how the step's ops
     # were scheduled: a Dense kernel's size (1 MB) after about a third of the steps on a loaded 2-core CPU,
     # still held 300 ms later and after gc.collect(), and not after the others. The least over eight updates
-    # is the state (a loaded CI run met it in all three of three).
+    # is the state (a loaded CI run met it in all three of three; a loaded run here, in all eight).
     x, y = batch_of(1)
     held_between_steps(x, y, k)
     state = min(max(held_between_steps(x, y, k)[0]) for _ in range(8))

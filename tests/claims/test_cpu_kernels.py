@@ -154,7 +154,9 @@ def test_measure_memory_from_a_plain_script_under_both_families(tmp_path):
     for family in ("onednn", "eigen"):
         state, peak, ran = out[family]
         assert ran == family
-        assert 2.9 * params <= state <= 4 * params       # parameters, Adam's two slots (and a temporary or two)
+        # parameters and Adam's two slots (3x), and a buffer or two of the 512x512 kernel's size (0.67x each) that
+        # a step may leave held until the next: 3.67x quiet, 4.31-4.33x in loaded runs even as the least of 8 updates
+        assert 2.9 * params <= state <= 4.4 * params
         assert peak > state
     assert out["inherited"] == "eigen"                   # kernels=None: the caller's environment decides
 

@@ -335,7 +335,7 @@ def test_the_growth_before_split_cell_prints_the_line_the_h100_record_shows(caps
     assert capsys.readouterr().out.strip().endswith("(two 1024 MiB logical GPUs: the growth held)")
 
 
-def test_a_second_default_mirrored_strategy_collides_and_is_explained():
+def test_a_second_default_mirrored_strategy_collides_and_is_explained(_tries: int = 3):
     """Notebook 01 builds its own MirroredStrategy (default CollectiveAllReduce). Another model under the same
     strategy trains, and so does one under a ReductionToOneDevice strategy; a second default strategy training a
     model of another size reuses the first one's collective keys and fails, and kit.explain says so (not
@@ -366,9 +366,18 @@ def test_a_second_default_mirrored_strategy_collides_and_is_explained():
     out = last_json(proc)
     assert out["first"] == out["same strategy, other model"] == out["ReductionToOneDevice"] == "trains", out
     second = out["second default"]
-    assert second != "trains" and second["key"] == "collective-instance-collision", second
-    assert "BatchNormalization" not in second["text"] and "two models' gradient sizes" in second["text"]
-    assert "ReductionToOneDevice" in second["text"] and "restart the kernel" in second["text"].replace("\n", " ")
+    assert second != "trains", second
+    said = " ".join(second["text"].split())
+    if second["error"] == "CancelledError":   # a race under load: another device's cancellation reached Python first
+        # ("Function was cancelled before it was started"): explained as the consequence it is, with the way to
+        # the cause, and the collision itself is then checked in a fresh process (it came through 2 of 3 loaded runs)
+        assert second["key"] == "step-cancelled" and "consequence" in said
+        assert "restart the kernel" in said and "collective-instance-collision" in said
+        assert _tries > 1, "the cancellation won the race three times in a row"
+        return test_a_second_default_mirrored_strategy_collides_and_is_explained(_tries - 1)
+    assert second["key"] == "collective-instance-collision", second
+    assert "BatchNormalization" not in said and "two models' gradient sizes" in said
+    assert "ReductionToOneDevice" in said and "restart the kernel" in said
 
 
 def test_notebook_01_says_where_variable_ops_run_and_prints_it():

@@ -164,7 +164,8 @@ def test_every_known_error_has_a_test():
                                         "non-finite-model",       # test_the_kits_own_refusal_to_save_nan_is_explained
                                         "remat-scope-traced",     # test_nb08_truths.py
                                         "dropout-under-mirrored", "jit-compile-under-mirrored",  # test_known_traps
-                                        "collective-instance-collision"}  # test_explain_collision, test_nb01_claims
+                                        "collective-instance-collision",  # test_explain_collision, test_nb01_claims
+                                        "step-cancelled"}         # test_nb01_claims (a race: met under load)
     assert set(explainer.KNOWN) == tested
 
 
@@ -198,3 +199,12 @@ def test_error_summary_reads_through_keras_layer_wrapper_and_its_bold_codes():
     assert error_summary(wrapped) == ("ValueError: The custom_gradient decorator currently supports keywords "
                                       "arguments only when eager execution is enabled.")
     assert error_summary(ValueError("plain message\nmore")) == "ValueError: plain message"
+
+
+def test_a_cancelled_step_is_explained_as_a_consequence():
+    """The whole text a second default MirroredStrategy raised here in one of three loaded runs (the other two raised
+    the collision itself): nothing in it names the cause, so the explanation says where to find it."""
+    text = ("Graph execution error:\n\nFunction was cancelled before it was started "
+            "[Op:__inference_multi_step_on_iterator_6201]")
+    found = kit.explain(text)
+    assert found.key == "step-cancelled" and "consequence, not the cause" in str(found).replace("\n", " ")
