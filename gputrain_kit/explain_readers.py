@@ -300,8 +300,9 @@ def _read_uneven(base: Explanation, text: str, plan: Plan | None) -> Explanation
             here.append(f"The plan passed splits step 1 evenly {_split(plan[0])}: is it the plan of this run?")
     if shapes and plan is not None and len(set(plan[0])) > 1 and split and split != plan[0]:
         here.append("The error's first batch is not the plan's step 1: is it the plan of this run?")
-    if plan is not None and len(set(plan[0])) > 1 and _plan_fix(plan):   # the plan's numbers: batches the data fill
-        fix = _plan_fix(plan)
+    planned = _plan_fix(plan) if plan is not None and len(set(plan[0])) > 1 else ""
+    if planned:                                          # the plan's numbers: batches the data fill
+        fix = planned
     elif split:
         batch, count = sum(split), len(split)
         below = batch - batch % count

@@ -315,15 +315,17 @@ def as_int_list(answer: Any, *, none_is_empty: bool = False, words: Iterable[str
     return None if any(v is None for v in values) else [v for v in values if v is not None]
 
 
+#: '7 to 10', '7-10', '7..10', '7 through 10'
+_RANGE = re.compile(r"(\d+)\s*(?:-|–|\.\.|\bto\b|\bthrough\b)\s*(\d+)")
+
+
 def _int_list_text(text: str, words: Iterable[str], ranges: bool) -> list[int] | None:
     text = _unquote(text).lower().replace(",", ", ")          # a comma separates items: '5,400' is [5, 400]
     text = re.sub(r"^[\[({]\s*|\s*[\])}]$", "", text)
     if ranges:
-        spans = list(re.finditer(r"(\d+)\s*(?:-|–|\.\.|\bto\b|\bthrough\b)\s*(\d+)", text))
-        if any(int(m.group(1)) > int(m.group(2)) for m in spans):
+        if any(int(m.group(1)) > int(m.group(2)) for m in _RANGE.finditer(text)):
             return None               # '10-7': a range written downwards is not a form this reads (nor 10 and -7)
-        text = re.sub(r"(\d+)\s*(?:-|–|\.\.|\bto\b|\bthrough\b)\s*(\d+)",
-                      lambda m: " ".join(str(i) for i in range(int(m.group(1)), int(m.group(2)) + 1)), text)
+        text = _RANGE.sub(lambda m: " ".join(str(i) for i in range(int(m.group(1)), int(m.group(2)) + 1)), text)
     found = _numbers_among(text, _allowed(tuple(words) + ("and",)) - _FILLER, ",;:&")
     values = [as_int(number) for number in found or []]
     return None if found is None or None in values else [v for v in values if v is not None]
