@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -14,15 +15,31 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 300,
-               check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter of this environment; fail the test with its output on error."""
+               check: bool = True, fresh: bool = False) -> subprocess.CompletedProcess:
+    """Run ``code`` as ``python -c`` would in this environment; fail the test with its output on error.
+
+    The child is forked from a process that has imported TensorFlow already (``forkexec``: one import per
+    environment, not one per child), except where the import would change what the code sees (it reads
+    ``sys.modules``, changes the environment, ...) or ``fresh=True``: then it is a new interpreter."""
+    from forkexec import can_fork, run_forked
+
     full_env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     full_env["PYTHONHASHSEED"] = "0"
     # A child can import the tests' own helpers (support, bntrap) as the tests do.
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))
     full_env.update(env or {})
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=full_env, cwd=ROOT)
+    code = textwrap.dedent(code)
+    forked = not fresh and can_fork(code, full_env)
+    start = time.monotonic()
+    if forked:
+        proc = run_forked(code, full_env, timeout)
+    else:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=timeout, env=full_env, cwd=ROOT)
+    if os.environ.get("GPUTRAIN_TEST_CALLS"):          # a log of every child: which test, forked or not, seconds
+        with open(os.environ["GPUTRAIN_TEST_CALLS"], "a") as log:
+            log.write(json.dumps([os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0], forked,
+                                  round(time.monotonic() - start, 2)]) + "\n")
     if check and proc.returncode != 0:
         pytest.fail(f"child failed ({proc.returncode}):\nSTDOUT:\n{proc.stdout}\nSTDERR:\n{proc.stderr[-4000:]}")
     return proc
