@@ -1,6 +1,7 @@
 """Argument checks shared by the public functions: clear messages, no TensorFlow."""
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Iterable
 
@@ -64,10 +65,14 @@ def require_bool(func: str, name: str, value: Any) -> bool:
 
 
 def require_number(func: str, name: str, value: Any, *, allow_zero: bool = False) -> float:
-    """Return ``value`` as a float if it is a real number above 0 (or at least 0 with ``allow_zero``); otherwise raise
-    ArgumentTypeError (not a number) or ValueError (out of range), naming the argument and what was given."""
+    """Return ``value`` as a float if it is a finite real number above 0 (or at least 0 with ``allow_zero``);
+    otherwise raise ArgumentTypeError (not a number) or ValueError (NaN, infinite or out of range), naming the
+    argument and what was given."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentTypeError(f"{func}: {name} must be a number, got {short(value)}.")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{func}: {name} must be a finite {'non-negative' if allow_zero else 'positive'} number, "
+                         f"got {short(value)}; pass a number, not NaN or infinity (check what it was computed from).")
     if float(value) < 0 or (float(value) == 0 and not allow_zero):
         raise ValueError(f"{func}: {name} must be a {'non-negative' if allow_zero else 'positive'} number, "
                          f"got {short(value)}.")

@@ -53,12 +53,23 @@ from ._trace import (_RESOURCE_OP, _default_device, _function_names, _gpu_interv
                      _logical_gpu_intervals, merge, node_devices, sent_from)
 from .placement import normalize_device
 
-__all__ = ["device_activity", "DeviceActivity", "ProfilerBusyError", "merge", "overlap_seconds", "op_kind"]
+__all__ = ["device_activity", "DeviceActivity", "ProfilerBusyError", "NothingRecordedError", "merge", "overlap_seconds", "op_kind"]
 
 
 
 class ProfilerBusyError(RuntimeError):
     """Another TensorFlow profiler session is running: only one can run in a process."""
+
+
+class NothingRecordedError(RuntimeError):
+    """A ``device_activity()`` block recorded no op: the profiler's op events come from ``tf.function``s only."""
+
+
+#: Why a block can record nothing: what ``computed()`` and ``plot()`` say instead of an empty answer.
+NOTHING_RECORDED = ("device_activity recorded no op in its block. It records the ops a tf.function runs (fit's train "
+                    "step is one), not ops run eagerly: a model compiled with run_eagerly=True, or tensors computed "
+                    "outside any tf.function, leave nothing to show. Fix: compile without run_eagerly (Keras's "
+                    "default), or wrap your code in a tf.function, and run it inside the block.")
 
 
 _OPTIMIZER_SCOPES = ("sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta", "adamax", "nadam", "ftrl", "lion",
@@ -143,8 +154,17 @@ class DeviceActivity:
         total = sum(busy.values())
         return {d: (b / total if total else 0.0) for d, b in busy.items()}
 
+    def _require_records(self, what: str) -> None:
+        """Raise NothingRecordedError (naming ``what``) when the block recorded no op: an empty answer would
+        read as "no device computed"."""
+        self._ready(what)
+        if not self.intervals:
+            raise NothingRecordedError(f"DeviceActivity.{what}: {NOTHING_RECORDED}")
+
     def computed(self, min_share: float = 0.05) -> list[str]:
-        """The devices that did at least ``min_share`` of the attributed compute: a robust fact to print."""
+        """The devices that did at least ``min_share`` of the attributed compute: a robust fact to print. Raises
+        NothingRecordedError when the block recorded no op (eager code only: see ``NOTHING_RECORDED``)."""
+        self._require_records("computed()")
         return [d for d, s in self.shares().items() if s >= min_share]
 
     def window(self, devices: Sequence[str] | None = None) -> tuple[float, float]:
@@ -250,8 +270,9 @@ class DeviceActivity:
         """A matplotlib Figure: one row per device (and one for the input pipeline), ops as bars. It
         shows the steps (``what`` names them on the axis, e.g. "one forward pass"); ``whole=True`` shows the
         set-up before them too. ``number_by``: a regular expression with one group, searched in the ops' names;
-        each device's span of one group value's ops is labelled with it (e.g. ``r"micro_batch_(\\d+)/"``)."""
-        self._ready("plot()")
+        each device's span of one group value's ops is labelled with it (e.g. ``r"micro_batch_(\\d+)/"``). Raises
+        NothingRecordedError when the block recorded no op (an empty chart would say nothing)."""
+        self._require_records("plot()")
         from .plots import activity_figure
 
         return activity_figure(self, title=title, ax=ax, whole=whole, what=what, number_by=number_by)
@@ -259,6 +280,8 @@ class DeviceActivity:
     def __repr__(self) -> str:
         if not self._done:
             return "DeviceActivity(recording...)"
+        if not self.intervals:
+            return f"DeviceActivity: {NOTHING_RECORDED}"
         kind = "simulated devices (shared CPU cores)" if self.simulated else "GPUs"
         shares = ", ".join(f"{d.replace('/device:', '')} {s:.0%}" for d, s in self.shares().items())
         return (f"DeviceActivity on {kind}: {len(self.intervals)} ops in {self.wall_s:.2f} s; "

@@ -286,6 +286,9 @@ def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes:
     def classify(outcome: Any) -> CaseResult:
         family, kind, bn, batching = outcome.id.split("|")
         if outcome.ok:
+            ran = (outcome.values or {}).get("kernels", family)
+            if family and ran != family:     # a result is labelled with the family that ran it, or refused
+                raise ValueError(_family_refusal(func, family, ran))
             return _classify(outcome.values, family)
         if outcome.died and not outcome.timed_out:      # the case's process crashed: that is its outcome
             return _classify({"case": [kind, bn, batching], "losses": [], "later_fit": "not tried", "poisoned": [],
@@ -320,6 +323,15 @@ def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes:
     if _users is not None:
         _refuse_a_model_that_never_trains(func, matrix)
     return matrix
+
+
+def _family_refusal(func: str, asked: str, ran: str) -> str:
+    """What run_cases says when a case's process ran another CPU kernel family than ``kernels`` asked for."""
+    return (f"{func}: kernels asked for {FAMILY_NAMES[asked]} ({asked!r}), but the case's process ran "
+            f"{FAMILY_NAMES.get(ran, ran)} kernels: this TensorFlow build has no {FAMILY_NAMES[asked]} kernels "
+            "(TF_ENABLE_ONEDNN_OPTS=1 turns oneDNN on only in a build that includes it), so "
+            f"its results cannot be labelled {asked!r}. Fix: kernels=None (this process's family) or "
+            f"kernels={ran!r}.")
 
 
 def _refuse_a_model_that_never_trains(func: str, matrix: Matrix) -> None:

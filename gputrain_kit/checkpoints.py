@@ -39,9 +39,10 @@ def resume_experiment(*, epochs: int = 4, crash_at: int = 2, reshuffle_each_iter
     """Train the digits model twice from the same seed: straight through, and crashed then resumed.
 
     The crash comes at the start of epoch ``crash_at`` (0-based), and ``BackupAndRestore`` backs up at epoch
-    ends (its default ``save_freq="epoch"``): a restart begins at the first unfinished epoch, which is exact.
-    With ``save_freq=N`` a restart would run the unfinished epoch again from its first batch on top of a
-    mid-epoch backup, applying the backed-up batches twice (notebook 04, section 5).
+    ends (its default ``save_freq="epoch"``): a restart begins at the first unfinished epoch, which is exact for
+    this model (no random layer: a ``Dropout``'s random state is in no file or backup) with op determinism on
+    (``kit.setup``). With ``save_freq=N`` a restart would run the unfinished epoch again from its first batch on
+    top of a mid-epoch backup, applying the backed-up batches twice (notebook 04, section 5).
 
     Returns the crash message, the epochs the resumed run actually trained, and whether the final
     weights are bit-for-bit equal.

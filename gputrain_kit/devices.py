@@ -308,6 +308,11 @@ def inventory() -> Inventory:
     never ``device_lib.list_local_devices()``, which builds every device (on a GPU, a
     CUDA context on each: 529 MiB of an H100's 81,559 in the kit's record, notebook 01;
     older TensorFlow reserved most of the memory too, tensorflow#8021).
+
+    It runs in this process, and is not free of effects on a CUDA build of TensorFlow: listing physical devices
+    initialises CUDA here (the driver's ``cuInit``, seen in its log even on a machine without a GPU), and CUDA
+    reads ``CUDA_VISIBLE_DEVICES`` when it initialises: set that variable before calling this. It creates no
+    device and leaves the device configuration open (``setup()`` can still run after it).
     """
     tf = _tf.import_tf()
     import keras

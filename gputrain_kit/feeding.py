@@ -27,8 +27,10 @@ _EXPECTED = ("a tf.data.Dataset of batched (x, y) pairs, e.g. "
              "tf.data.Dataset.from_tensor_slices((x, y)).batch(64)")
 
 
-def _check_dataset(func: str, model: Any, dataset: Any) -> None:
-    """Refuse, before any step, what is not a dataset of batched (x, y) pairs for ``model``."""
+def _check_dataset(func: str, model: Any, dataset: Any) -> str:
+    """Refuse, before any step, what is not a dataset of batched (x, y) pairs for ``model``. Returns the hint for
+    a model with no ``inputs`` (a subclassed one) fed x of one axis or none, or of a fixed first axis: perhaps
+    unbatched, given if its first step fails (a batch of scalars, or one of drop_remainder=True, fits as well)."""
     if not callable(getattr(model, "train_on_batch", None)):
         raise ArgumentTypeError(f"{func}: model must be a Keras model (it needs train_on_batch), got {typed(model)}.")
     spec = getattr(dataset, "element_spec", None)
@@ -43,6 +45,11 @@ def _check_dataset(func: str, model: Any, dataset: Any) -> None:
     if inputs and shape is not None and shape.rank is not None and len(inputs[0].shape) != shape.rank:
         raise ValueError(f"{func}: the dataset's x has shape {tuple(shape)}, the model takes "
                          f"{tuple(inputs[0].shape)} (batch first): is it unbatched? Call .batch(64) on it.")
+    if not inputs and shape is not None and shape.rank is not None and (shape.rank <= 1 or shape[0] is not None):
+        return (f"{func}: the model's first step failed on the dataset's x of shape {tuple(shape)} (see the error "
+                "above), which has no batch axis if that is one example's shape: is it unbatched? Call .batch(64) "
+                "on it.")
+    return ""
 
 
 def measure_steps(model: Any, dataset: Any, steps: int = 20, warmup: int = 2) -> StepTimes:
@@ -53,7 +60,7 @@ def measure_steps(model: Any, dataset: Any, steps: int = 20, warmup: int = 2) ->
     func = "measure_steps"
     steps = require_int(func, "steps", steps, minimum=1)
     warmup = require_int(func, "warmup", warmup, minimum=0)
-    _check_dataset(func, model, dataset)
+    unbatched = _check_dataset(func, model, dataset)
     iterator = iter(dataset.repeat())
     t0 = time.perf_counter()
     try:
@@ -61,6 +68,12 @@ def measure_steps(model: Any, dataset: Any, steps: int = 20, warmup: int = 2) ->
     except StopIteration:
         raise ValueError(f"{func}: the dataset gave no batch (it is empty); pass {_EXPECTED}.") from None
     first_wait = time.perf_counter() - t0
+    if unbatched:                        # the first step, untimed, with the kit's hint if it fails
+        try:
+            model.train_on_batch(*pending[0])
+        except Exception as err:
+            model.train_function = None  # traced on the wrong shape: traced anew on the next call (a step on
+            raise ValueError(unbatched) from err   # batches), else it fails creating variables on a later call
     for _ in range(warmup):
         x, y = pending.pop() if pending else next(iterator)
         model.train_on_batch(x, y)

@@ -256,9 +256,12 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
     - ``zero_stage`` (data parallel only): 1 shards optimizer slots, 2 also gradients (and accumulators),
       3 also parameters over the devices (ZeRO, Rajbhandari et al. 2020). Keras 3 on TensorFlow has no ZeRO
       (its TensorFlow distribution backend is a prototype that never lays a variable out): this is a model of what
-      DeepSpeed, PyTorch FSDP or Keras's own ``keras.distribution`` on JAX do, and it costs
+      DeepSpeed or PyTorch FSDP do, and it costs
       communication (stage 1-2: a reduce-scatter of gradients and an all-gather of parameters per step
       instead of one all-reduce; stage 3: parameters gathered again for every layer, forward and backward).
+      Keras's own ``keras.distribution`` on JAX gives stage 3's storage only (each optimizer slot takes its
+      variable's layout, so slots are never cut apart from their parameters), and its step holds full-size
+      gradients, which no stage here counts: notebook 09 measured twice their size on every device.
 
     An estimate, not a lower or upper bound: see the module's docstring for what it leaves out.
     """
@@ -377,7 +380,8 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
                       "keeps none")
     if zero_stage:
         levers.append(f"ZeRO stage {zero_stage} ({ZERO_STAGES[zero_stage]}) over {devices} devices: a model of "
-                      "DeepSpeed / PyTorch FSDP / keras.distribution on JAX (Keras 3 on TensorFlow has none); "
+                      "DeepSpeed / PyTorch FSDP (Keras 3 on TensorFlow has none; keras.distribution on JAX gives "
+                      "stage 3's storage only, with full-size gradients during the step: notebook 09); "
                       + ("parameters all-gathered for every layer, forward and backward"
                          if zero_stage == 3 else "a reduce-scatter and an all-gather instead of one all-reduce"))
     assumptions = (
@@ -387,7 +391,9 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
         "largest layer's transient working set, the batch and the loss" + (", and the 16-bit kernel copies"
                                                                            if mixed else "")
         + "; left out: CUDA context, cuDNN workspace, optimizer scalars and update temporaries: an estimate, not "
-        "a bound (docs/memory.md: within 1.5x of the allocator on the model families measured)",
+        "a bound (docs/memory.md: float32 within 1.5x of the allocator on the model families measured, but for a "
+        "Conv2D + BatchNorm CNN under Eigen's CPU kernels, which keep up to about 1.7x; further off where 16 bits are "
+        "emulated)",
         "data parallel: every device holds the whole model, its gradients and slots; batch split ceil(b/n)"
         if strategy == "data" else
         "split: consecutive layers per device, balanced by memory; each keeps its activations for the whole batch"

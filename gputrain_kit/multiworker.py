@@ -33,7 +33,6 @@ import inspect
 import json
 import os
 import queue
-import re
 import signal
 import subprocess
 import sys
@@ -43,7 +42,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FunctionType, ModuleType
+from types import FunctionType
 from typing import Any, Callable, Mapping, Sequence
 
 from ._args import require_bool, require_int, short
@@ -51,7 +50,7 @@ from .cluster import WorkerTask, chief_or_scratch_dir, free_ports, running, tf_c
 from .cluster import _HOST, _port_is_free
 from .netns import PrivateNetwork, start_private_network, worker_command
 from ._children.protocol import parse, report
-from .processes import _GIVEN, child_environment, function_with_helpers
+from .processes import child_environment, function_with_helpers
 from ._zygote import ZygoteError, shared_zygote
 
 __all__ = ["launch_local_workers", "WorkerResult", "LocalRun", "WorkerError", "WorkerFailed",
@@ -153,8 +152,8 @@ class LocalRun:
 # --------------------------------------------------------------------------- the launcher
 def _payload(func: str, target: Any, args: Sequence[str], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     if callable(target):
-        # Its source, with what it uses from its module (the functions and classes of other cells, plain
-        # constants) shipped, and anything else refused here, before a worker starts and fails on a NameError.
+        # Its source, with what it uses from its module (the functions and classes of other cells and what they
+        # use, plain constants, modules) shipped, and anything else refused here, before a worker starts.
         if inspect.isfunction(target) and "report" in target.__globals__:
             # a worker finds the kit's report() without asking; a module's own `report` (a notebook's is
             # setup()'s report) is not the one it calls there, so it is neither shipped nor refused
@@ -163,12 +162,8 @@ def _payload(func: str, target: Any, args: Sequence[str], kwargs: Mapping[str, A
         source = function_with_helpers(
             func, target, what="pass a function defined with `def` (or a script path)",
             closure_fix="Workers are new processes that receive the function's source only: define it at the "
-                        "top level, import what it needs inside it, and pass values as kwargs=...")
-        given = sorted(name for name in _GIVEN if isinstance(target.__globals__.get(name), ModuleType)
-                       and re.search(rf"\b{name}\b", source))
-        if given:          # np, tf, keras of the module (its helpers' too): imported in the worker as here,
-            # after the function (read when it runs), so that its tracebacks keep their line numbers
-            source += "".join(f"\nimport {target.__globals__[name].__name__} as {name}" for name in given)
+                        "top level, import what it needs inside it, and pass values as kwargs=...",
+            import_given=True)      # np, tf, keras of its module (its helpers' too): imported there as here
         name = target.__name__
         try:
             json.dumps(dict(kwargs))
@@ -233,9 +228,9 @@ def launch_local_workers(script_or_function: Callable[..., Any] | str | os.PathL
     """Start ``workers`` processes that form one TensorFlow cluster on 127.0.0.1; return their results.
 
     - ``script_or_function``: a ``.py`` script (run as ``__main__`` with ``args``) or a top-level
-      function (its source is sent, with the functions, classes and constants of its module that it uses;
-      anything else of its module it uses is refused before a worker starts; it is called with ``kwargs``
-      and its return value comes back).
+      function (its source is sent, with the functions, classes (read from their notebook cell, in a notebook),
+      constants and modules of its module that it uses, and what those use in turn; anything else of its module
+      it uses is refused before a worker starts; it is called with ``kwargs`` and its return value comes back).
     - Each worker gets ``TF_CONFIG`` with the whole cluster and its own index.
     - ``hide_gpus=True`` sets ``CUDA_VISIBLE_DEVICES=""`` in the workers (several processes on one
       GPU would each grab its memory). With False every worker sees every GPU of this machine (``env``

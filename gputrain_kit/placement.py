@@ -65,6 +65,22 @@ def _quiet_tf_warnings() -> Iterator[None]:
         logger.setLevel(level)
 
 
+def _require_distributed(strategy: Any, batch: Any) -> None:
+    """Refuse a batch that is not split over the replicas: ``strategy.run`` would hand every replica all of it."""
+    import tensorflow as tf
+
+    replicas = getattr(strategy, "num_replicas_in_sync", 1)
+    parts = tf.nest.flatten(batch)
+    if replicas > 1 and not any(isinstance(p, tf.distribute.DistributedValues) for p in parts):
+        shape = getattr(batch, "shape", None)
+        given = type(batch).__name__ + (f" of shape {tuple(shape)}" if shape is not None else "")
+        raise ValueError(
+            f"run_on_replicas: distributed_batch must be split over the replicas (a distributed value, one part per "
+            f"replica); got {given}, which strategy.run would give whole to every one of the {replicas} "
+            "replicas. Fix: distribute it first, e.g. batch = next(iter(strategy.experimental_distribute_dataset("
+            "tf.data.Dataset.from_tensor_slices(x).batch(64)))).")
+
+
 def run_on_replicas(strategy: Any, fn: Callable[[Any], Any], distributed_batch: Any) -> list[tuple[str, tuple[int, ...]]]:
     """Run ``fn`` on every replica **eagerly** and return (device, output shape) per replica.
 
@@ -72,10 +88,13 @@ def run_on_replicas(strategy: Any, fn: Callable[[Any], Any], distributed_batch: 
     says where it ran. (Results returned from a ``tf.function`` can be copied to
     the caller's device, so their ``.device`` would not prove anything.) The
     "MirroredStrategy eagerly has overhead" warning is silenced: this is a probe,
-    not a training loop.
+    not a training loop. ``distributed_batch`` must be split over the replicas (from
+    ``strategy.experimental_distribute_dataset``): a plain tensor is refused, since every replica
+    would get all of it.
     """
     if not hasattr(strategy, "run"):
         raise ValueError(f"run_on_replicas: expected a tf.distribute strategy, got {type(strategy).__name__}.")
+    _require_distributed(strategy, distributed_batch)
     with _quiet_tf_warnings():
         result = strategy.run(fn, args=(distributed_batch,))
     return replica_devices(strategy, result)

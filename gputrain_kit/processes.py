@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -118,42 +119,117 @@ def build_source(func: str, build: Any, *, returns: str, runs: str) -> str:
     return source
 
 
-def function_with_helpers(func: str, target: Any, *, what: str, closure_fix: str) -> str:
+def _ipython_cells() -> list[str]:
+    """The cells run in this IPython kernel, newest first, as Python (magics translated); [] outside IPython."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    cells = getattr(getattr(shell, "history_manager", None), "input_hist_parsed", None) or []
+    return [cell for cell in reversed(cells) if isinstance(cell, str)]
+
+
+def class_source(cls: type) -> str:
+    """The source of a class defined at the top level of a file or a notebook cell. ``inspect.getsource`` reads
+    a file's; for a class of a notebook (``__main__`` has no file, so inspect cannot find it) the cell that
+    defined it: the cell its methods were compiled from, else the newest cell of this kernel's history that
+    defines ``class <name>``. OSError, saying why, when neither holds it."""
+    import ast
+    import linecache
+
+    try:
+        return textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError) as err:
+        why = str(err)
+    if cls.__qualname__ != cls.__name__:
+        raise OSError(f"it is defined inside a function or a class ({cls.__qualname__}), not at the top level")
+    texts: list[tuple[str, int | None]] = []
+    for value in vars(cls).values():
+        function = getattr(value, "__func__", getattr(value, "fget", value))
+        code = getattr(function, "__code__", None)
+        if code is not None and getattr(function, "__qualname__", "").startswith(cls.__name__ + "."):
+            texts.append(("".join(linecache.getlines(code.co_filename)), code.co_firstlineno))
+    texts += [(cell, None) for cell in _ipython_cells()]
+    for text, line in texts:
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if (isinstance(node, ast.ClassDef) and node.name == cls.__name__
+                    and (line is None or node.lineno <= line <= (node.end_lineno or line))):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                return textwrap.dedent("".join(text.splitlines(True)[first - 1:node.end_lineno]))
+    raise OSError(f"{why}; no file or notebook cell of this {'kernel' if _ipython_cells() else 'process'} "
+                  f"defines class {cls.__name__}")
+
+
+def _importable(value: Any, module_name: str) -> str | None:
+    """``from <module> import <name>`` for a function or class of another module than ``module_name`` (a
+    library's, say keras's Layer) that a new process can import as this one did; None for one to send as source."""
+    module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", "<>")
+    if not module or module in (module_name, "__main__") or "<" in name or "." in name:
+        return None
+    return f"from {module} import {name}" if getattr(sys.modules.get(module), name, None) is value else None
+
+
+def function_with_helpers(func: str, target: Any, *, what: str, closure_fix: str, import_given: bool = False) -> str:
     """``function_source`` plus what the function needs from its module, for a process that receives source
-    only: the modules it uses (as imports), the functions and classes of its own module it calls (their source,
-    and theirs in turn) and plain constants (as literals). Anything else is refused here, naming it, before a
-    process starts, instead of failing there with a NameError."""
+    only: the modules it uses (as imports), the functions and classes of its own module (a notebook's cells) it
+    uses, and what those use in turn, base classes and decorators included (their source), those of other
+    modules (imported), and plain constants (as literals): imports first, then constants, then definitions,
+    each after what it uses. Anything else is refused here, naming it, before a process starts, instead of
+    failing there with a NameError. ``import_given``: also import the modules of ``_GIVEN`` that it mentions
+    (before the definitions; after a function sent alone, whose tracebacks then keep its own line numbers)."""
     import types
 
     source = function_source(func, target, what=what, closure_fix=closure_fix)
-    prelude: list[str] = []
+    imports: list[str] = []
+    constants: list[str] = []
+    definitions: list[str] = []
     shipped: set[str] = {target.__name__}
+    user = target.__name__
 
-    def ship(fn: Any) -> None:
-        for name in sorted(_globals_used(fn.__code__)):
-            if name in shipped or name in _GIVEN or name not in fn.__globals__:
-                continue                      # shipped already, given to it there, or a builtin
-            value = fn.__globals__[name]
+    def ship(names: set[str], space: dict[str, Any]) -> None:
+        for name in sorted(names):
+            if name in shipped or name in _GIVEN or name not in space or name.startswith("__") and name.endswith("__"):
+                continue                      # shipped already, given to it there, a builtin or __name__
+            value = space[name]
             shipped.add(name)
             if isinstance(value, types.ModuleType):
-                prelude.append(f"import {value.__name__} as {name}")
-            elif inspect.isfunction(value) or inspect.isclass(value):
-                try:
-                    helper = textwrap.dedent(inspect.getsource(value))
-                except (OSError, TypeError):
-                    raise ValueError(f"{func}: {target.__name__}() uses {name}, whose source cannot be read; define "
-                                     f"it in a notebook cell or a .py file, or inside {target.__name__}().") from None
-                if inspect.isfunction(value):
-                    ship(value)
-                prelude.append(helper)
-            elif _is_literal(value):
-                prelude.append(f"{name} = {value!r}")
-            else:
-                raise ValueError(f"{func}: {target.__name__}() uses {name} ({type(value).__name__}) from its "
-                                 f"module, which a new process cannot receive; create it inside "
-                                 f"{target.__name__}(). {closure_fix}")
+                imports.append(f"import {value.__name__} as {name}")
+                continue
+            if not (inspect.isfunction(value) or inspect.isclass(value)):
+                if not _is_literal(value):
+                    raise ValueError(f"{func}: {user}() uses {name} ({type(value).__name__}) from its module, "
+                                     f"which a new process cannot receive; create it inside {user}(). {closure_fix}")
+                constants.append(f"{name} = {value!r}")
+                continue
+            imported = _importable(value, space.get("__name__", ""))
+            if imported is not None:
+                imports.append(f"{imported} as {name}")
+                continue
+            kind = "class" if inspect.isclass(value) else "function"
+            definition: Any = value
+            try:
+                helper = class_source(definition) if kind == "class" else textwrap.dedent(inspect.getsource(value))
+            except (OSError, TypeError) as err:
+                raise ValueError(f"{func}: {user}() uses the {kind} {name}, whose source cannot be read ({err}); "
+                                 f"define it with `{'class' if kind == 'class' else 'def'}` at the top level of a "
+                                 f"notebook cell or a .py file, or inside {user}().") from None
+            # what it uses, found in its own module: a class of the caller's module (a notebook's) in the caller's
+            own = definition.__globals__ if kind == "function" else space if definition.__module__ == space.get(
+                "__name__") else vars(sys.modules.get(definition.__module__, types.ModuleType("none")))
+            ship(_globals_used(compile(helper, "<helper>", "exec")) - {name}, own)
+            definitions.append(helper)
 
-    ship(target)
+    ship(_globals_used(target.__code__), target.__globals__)
+    prelude = imports + constants + definitions
+    if import_given:     # np, tf, keras of its module, imported as here
+        given = [f"import {target.__globals__[n].__name__} as {n}" for n in sorted(_GIVEN)
+                 if isinstance(target.__globals__.get(n), types.ModuleType)
+                 and any(re.search(rf"\b{n}\b", part) for part in prelude + [source])]
+        if given and not prelude:
+            return source + "".join("\n" + line for line in given)
+        prelude = given + prelude
     return "\n".join(prelude + [source])
 
 

@@ -47,7 +47,9 @@ class ReplicaReport:
 
     @property
     def spread(self) -> float:
-        """Largest difference between any finite copy and replica 0's (0.0 when identical)."""
+        """Largest difference between a finite copy and replica 0's copy, over every variable (0.0 when identical).
+        Measured from replica 0's copy, the one a saved file keeps: two other replicas' copies can differ by up
+        to twice this."""
         import math
         values = [d for r in self.rows for d in r.max_diff if not math.isnan(d)]
         return max(values, default=0.0)
@@ -312,7 +314,7 @@ def _make_callback():
             if tolerance is not None:
                 if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real):
                     raise ArgumentTypeError(f"ReplicaHealth: tolerance must be a number (the largest difference "
-                                            f"allowed between replicas' copies) or None, got {typed(tolerance)}. "
+                                            f"allowed between a replica's copy and replica 0's) or None, got {typed(tolerance)}. "
                                             "Pass e.g. tolerance=1e-6.")
                 if not tolerance >= 0:
                     raise ValueError(f"ReplicaHealth: tolerance must be 0 or more, got {tolerance}.")
@@ -346,7 +348,7 @@ def _make_callback():
                 problems.append(f"{len(report.poisoned)} non-finite replica copies after epoch {epoch + 1}: "
                                 + ", ".join(names[:4]) + (" ..." if len(names) > 4 else ""))
             if self.tolerance is not None and report.spread > self.tolerance:
-                problems.append(f"replicas diverged by {report.spread:.3g} (> tolerance {self.tolerance:g}) "
+                problems.append(f"a replica's copy differs from replica 0's by {report.spread:.3g} (> tolerance {self.tolerance:g}) "
                                 f"after epoch {epoch + 1}")
             if problems:
                 message = "ReplicaHealth: " + "; ".join(problems) + " (see gputrain_kit.replica_report)."

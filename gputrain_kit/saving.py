@@ -20,7 +20,7 @@ from typing import Any
 
 from ._args import ArgumentTypeError, require_bool, short, typed
 from .errors import shorten_message
-from .weights_file import _OPTIMIZER, _groups, _Layout, _model_layout, _weights_file  # noqa: F401
+from .weights_file import _OPTIMIZER, _groups, _Layout, _model_layout, _reshaped, _weights_file  # noqa: F401
 
 __all__ = ["save_verified", "load_verified", "LoadError", "SaveError", "NonFiniteError", "NonFiniteWarning",
            "OptimizerStateWarning"]
@@ -313,14 +313,15 @@ def _build_optimizer(model: Any) -> None:
         model.optimizer.build(model.trainable_variables)
 
 
-def _check_layout(model: Any, path: Path, file: _Layout) -> bool:
+def _check_layout(model: Any, path: Path, file: _Layout) -> tuple[bool, list[str]]:
     """Refuse, before anything is loaded, a file holding variables the model lacks, or optimizer state that does
     not fit the model's optimizer; build a compiled model's unbuilt optimizer when the file holds its state.
-    Returns whether the file's optimizer state is to be loaded (and checked)."""
+    Returns whether the file's optimizer state is to be loaded (and checked), and the model's variables the file
+    holds in another shape ('key (layer 'name'): (4, 8) in the model, (2, 8) in the file')."""
     model_layout = _model_layout(model)
     wanted, held = model_layout.layers(), file.layers()
     if any(held.get(k) != s for k, s in wanted.items()):     # missing or reshaped: the sentinel load names them
-        return bool(file.optimizer()) and _optimizer(model) is not None
+        return bool(file.optimizer()) and _optimizer(model) is not None, _reshaped(wanted, file)
     extra = [k for k in held if k not in wanted]
     if extra:
         groups = _groups(extra, file.names)
@@ -332,9 +333,11 @@ def _check_layout(model: Any, path: Path, file: _Layout) -> bool:
     state = file.optimizer()
     optimizer = _optimizer(model)
     if not state or optimizer is None:
-        return False
+        return False, []
     mine = model_layout.optimizer()
-    if mine != state and not getattr(optimizer, "built", True):   # state of a built optimizer: build this one
+    # The file's optimizer took a step (so it was built), or its state is a built one's: build this one to compare
+    # (an unbuilt Adam's [iterations, learning_rate] looks like a trained SGD's, which has no slots)
+    if (mine != state or (file.step or 0) > 0) and not getattr(optimizer, "built", True):
         _build_optimizer(model)
         mine = _model_layout(model).optimizer()
     if mine != state:
@@ -357,7 +360,7 @@ def _check_layout(model: Any, path: Path, file: _Layout) -> bool:
         raise LoadError(f"load_verified: {path.name} holds the state of {file.describe_optimizer()}, which {cause}; "
                         "to take the weights alone, load them before compile() (a warning says the optimizer "
                         "state was left out).", [v.path for v in optimizer.variables])
-    return True
+    return True, []
 
 
 def _optimizer_shapes(layout: dict[str, tuple[int, ...]]) -> list[tuple[int, ...]] | None:
@@ -391,7 +394,8 @@ def load_verified(model: Any, path: Any) -> Any:
     - the optimizer's state in the file (step counter ``iterations``, learning rate, Adam's moments ...) was
       loaded into the model's optimizer, every variable of it. A compiled model's optimizer that was not built
       yet (a fresh optimizer holds only its step counter and learning rate) is built first, as ``fit`` would
-      build it, when the file holds a built optimizer's state. The learning rate becomes the file's, whatever
+      build it, when the file holds a built optimizer's state or one past step 0 (a trained SGD's two variables
+      must not pass for an unbuilt Adam's). The learning rate becomes the file's, whatever
       compile() was given.
 
     Refused (LoadError, raised before anything is loaded where the file's contents show it): a variable of the
@@ -428,7 +432,7 @@ def load_verified(model: Any, path: Any) -> Any:
     if not model.weights:
         raise ValueError("load_verified: build the model (call it once) before loading weights into it.")
     file = _file_layout("load_verified", path)
-    with_optimizer = _check_layout(model, path, file)
+    with_optimizer, reshaped = _check_layout(model, path, file)
     variables = _variables(model, optimizer=with_optimizer)
     before = _snapshot(variables)
     try:
@@ -444,10 +448,11 @@ def load_verified(model: Any, path: Any) -> Any:
             raise LoadError(f"load_verified: {len(missing)} of the optimizer's variable(s) were not loaded from "
                             f"{path.name}: {shorten_message(', '.join(missing), 300)}. The model was left "
                             "unchanged.", missing)
-        shapes = _shape_mismatches(messages)
+        shapes = reshaped or _shape_mismatches(messages)      # the layouts name every one; Keras, one example
         if shapes:
             detail = (f" Cause: the shapes differ ({'; '.join(shapes[:4])}"
-                      f"{' ...' if len(shapes) > 4 else ''}): the file comes from a model with other layer sizes.")
+                      f"{f'; and {len(shapes) - 4} more' if len(shapes) > 4 else ''}): the file comes from a model "
+                      "with other layer sizes.")
         else:
             said = messages[0].splitlines()[0].split(" Example error message")[0].strip() if messages else ""
             detail = f' Keras said: "{shorten_message(said, 200)}"' if said else ""

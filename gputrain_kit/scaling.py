@@ -43,7 +43,8 @@ ASSUMPTIONS = (
     "make every prediction an upper bound",
     "overlap: the fraction of compute time during which communication can proceed in the background "
     "(at most the backward pass's share: gradients must exist before they are sent); the last gradient "
-    "bucket, sent after the backward pass, is ignored, so 100% is never reached in practice",
+    "bucket (gradients are sent in groups, buckets, each once the backward pass has produced it), sent after "
+    "the backward pass, is ignored, so 100% is never reached in practice",
     "the input pipeline delivers at most `input_ceiling` samples/s for the whole machine",
 )
 

@@ -157,6 +157,40 @@ def _axes(spec: Any) -> tuple[Any, ...]:
     return tuple(axes)
 
 
+_PREFIX = "(.*/)?"
+"""What a LayoutMap key starts with to match a path with or without the model's name before it."""
+
+
+def _shown(paths: list[str], limit: int = 8) -> str:
+    more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
+    return ", ".join(repr(p) for p in paths[:limit]) + more
+
+
+def _key_advice(key: str, paths: list[str], name: str) -> tuple[str, str]:
+    """Why ``key`` matches none of ``paths`` and its fix, in two sentences: the prefix advice only where a
+    prefixed key does match a path here (the key lacks ``(.*/)?``, or names the model the paths do not start
+    with); else the model's real paths."""
+    base = key[len(_PREFIX):] if key.startswith(_PREFIX) else key
+    first, _, rest = base.partition("/")
+    candidates = [] if key.startswith(_PREFIX) else [(_PREFIX + key, f"start the key with {_PREFIX!r}")]
+    if rest and first == name:
+        candidates.append((_PREFIX + rest, f"put {_PREFIX!r} in place of {first + '/'!r}"))
+    named = all(p.startswith(name + "/") for p in paths)
+    for candidate, how in candidates:
+        found = [p for p in paths if re.fullmatch(candidate, p)]
+        if found:
+            return (f"This model's paths {'start' if named else 'do not start'} with its name {name!r}, e.g. "
+                    f"{found[0]!r} (a Sequential model built fresh has its name first; a functional or a reloaded "
+                    "one has not).",
+                    f"Fix: {how}: {candidate!r} matches {_shown(found, 3)} here, and the same paths under any "
+                    "prefix.")
+    tried = f"nor with {candidates[0][0]!r}" if candidates else f"it already starts with {_PREFIX!r}"
+    every = " ([v.path for v in model.weights] lists them all)" if len(paths) > 8 else ""
+    return (f"No path of this model matches it ({tried}): its paths are {_shown(paths)}{every}.",
+            "Fix: write the key from those paths (a regular expression re.fullmatch matches against the whole "
+            "path), or drop it.")
+
+
 def check_layout_map(model: Any, layout_map: Any) -> dict[str, list[str]]:
     """Every key of ``layout_map`` and the variable paths it matches (as Keras matches them: the exact path,
     else ``re.fullmatch``). Raises LayoutError naming each key that matches no variable, with the model's
@@ -174,14 +208,13 @@ def check_layout_map(model: Any, layout_map: Any) -> dict[str, list[str]]:
     matched = {key: [p for p in paths if p == key or re.fullmatch(key, p)] for key in layout_map}
     empty = [key for key, found in matched.items() if not found]
     if empty:
-        example = next((p for p in paths if p.endswith("kernel")), paths[0])
-        tail = "/".join(example.split("/")[-2:])
+        advice = [_key_advice(key, paths, model.name) for key in empty]
+        text = " ".join(advice[0]) if len(advice) == 1 else " ".join(f"For {key!r}: {why} {fix}"
+                                                                     for key, (why, fix) in zip(empty, advice))
         raise LayoutError(
             f"{func}: {len(empty)} LayoutMap key(s) match no variable of {model.name}: {empty}. Those variables "
             f"stay replicated on every device, and Keras says nothing. Keras matches a key with re.fullmatch "
-            f"against the whole path, here such as {example!r}: a Sequential model built fresh has its name "
-            f"first ({model.name + '/' + tail!r}), a functional or a reloaded one has not ({tail!r}). Fix: start "
-            f"the key with '(.*/)?', e.g. '(.*/)?{tail}' matches both.")
+            f"against the whole path. {text}")
     if keras.backend.backend() == "jax":
         _laid_out_as_mapped(func, model, layout_map, matched)
     return matched

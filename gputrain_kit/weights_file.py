@@ -89,3 +89,15 @@ def _groups(keys: list[str], names: dict[str, str]) -> list[str]:
     return items
 
 
+
+
+def _reshaped(wanted: dict[str, tuple[int, ...]], file: _Layout) -> list[str]:
+    """"layers/dense/vars/0 (layer 'hidden'): (4, 8) in the model, (2, 8) in the file" for each variable key the
+    model and the file both have, in other shapes."""
+    items = []
+    for key, shape in wanted.items():
+        if key in file.shapes and file.shapes[key] != shape:
+            name = file.names.get(key.rsplit("/vars/", 1)[0])
+            items.append(f"{key}{f' (layer {name!r})' if name else ''}: {shape} in the model, {file.shapes[key]} "
+                         "in the file")
+    return items

@@ -6,7 +6,8 @@ Steps (``--steps``, default all of them, in this order):
 - ``doctor``: ``python -m gputrain_kit doctor``.
 - ``facts``: the claims only a GPU can show, each in a fresh process: the memory a first op and
   ``device_lib.list_local_devices()`` take, per-GPU peaks after a plain ``fit``, a late
-  CUDA_VISIBLE_DEVICES change, memory growth on a split GPU, NCCL on logical GPUs of one GPU, out of
+  CUDA_VISIBLE_DEVICES change (TensorFlow's device list and the CUDA driver's count), memory growth on a split
+  GPU (the Python call, and TF_FORCE_GPU_ALLOW_GROWTH), NCCL on logical GPUs of one GPU, out of
   memory, op determinism on GPU kernels, ``ReductionToOneDevice`` on GPUs, ``device_activity`` on GPUs;
   with ``kit.explain`` on every error met.
 - ``notebooks``: every notebook as written (``setup(devices=4)``: four logical GPUs on one GPU, or one
@@ -185,6 +186,24 @@ FACTS: dict[str, tuple[str, dict]] = {
         report(mode=rep.mode, devices=list(rep.devices), growth=tf.config.experimental.get_memory_growth(gpu),
                after=used_mib())
     """, {}),
+    # Section 4 probes device_lib on the CPU only: on a GPU it builds the GPU devices (and their allocators) with
+    # default options (tensorflow#16753). Is a split asked for afterwards accepted, and does it hold?
+    "device_lib_then_split": ("""
+        before = used_mib()
+        import tensorflow as tf
+        from tensorflow.python.client import device_lib
+        device_lib.list_local_devices()
+        gpu = tf.config.list_physical_devices("GPU")[0]
+        tf.config.set_visible_devices(gpu, "GPU")
+        try:
+            tf.config.set_logical_device_configuration(gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=1024)] * 2)
+            error = None
+        except Exception as err:
+            error = error_text(err)
+        float(tf.constant(1.0) + 1)
+        report(error=error, logical=[d.name for d in tf.config.list_logical_devices("GPU")], before=before,
+               after=used_mib())
+    """, {"TF_FORCE_GPU_ALLOW_GROWTH": None}),
     # Section 6.1: a plain fit uses the first GPU only.
     "plain_fit_peaks_split": ("""
         import gputrain_kit as kit
@@ -216,6 +235,16 @@ FACTS: dict[str, tuple[str, dict]] = {
         x = tf.constant(1.0) + 1
         report(first=first, later=later, op_device=x.device)
     """, {}),
+    # The same late change, asked of the CUDA driver itself (not TensorFlow's device list, built once per process).
+    "late_cuda_visible_devices_driver": ("""
+        import ctypes, os, tensorflow as tf
+        first = len(tf.config.list_physical_devices("GPU"))
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        cuda = ctypes.CDLL("libcuda.so.1")
+        count = ctypes.c_int(-1)
+        status = [cuda.cuInit(0), cuda.cuDeviceGetCount(ctypes.byref(count))]
+        report(tensorflow_before=first, driver_after=count.value, status=status)
+    """, {}),
     "early_cuda_visible_devices": ("""
         import os
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -244,6 +273,19 @@ FACTS: dict[str, tuple[str, dict]] = {
         report(says_growth=tf.config.experimental.get_memory_growth(gpu),
                logical=[d.name for d in tf.config.list_logical_devices("GPU")], after=used_mib())
     """, {"TF_FORCE_GPU_ALLOW_GROWTH": None}),
+    # The environment variable is read by TensorFlow's GPU allocator in C++ (GetAllowGrowthValue, one allocator per
+    # logical GPU), not by the Python API that refuses growth with logical devices: does it grow a split GPU?
+    # Compare "after" with growth_before_split (a logical GPU's whole 1024 MiB reserved) and first_op_growth.
+    "growth_variable_split": ("""
+        before = used_mib()
+        import tensorflow as tf
+        gpu = tf.config.list_physical_devices("GPU")[0]
+        tf.config.set_visible_devices(gpu, "GPU")
+        tf.config.set_logical_device_configuration(gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=1024)] * 2)
+        float(tf.constant(1.0) + 1)
+        report(says_growth=tf.config.experimental.get_memory_growth(gpu),
+               logical=[d.name for d in tf.config.list_logical_devices("GPU")], before=before, after=used_mib())
+    """, {"TF_FORCE_GPU_ALLOW_GROWTH": "true"}),
     "growth_after_init": ("""
         import tensorflow as tf
         float(tf.constant(1.0) + 1)
@@ -359,7 +401,8 @@ FACTS: dict[str, tuple[str, dict]] = {
 #: made the latter fail with "cudaSetDevice() on GPU:0 failed. Status: out of memory"), run alone, one after
 #: another; the others run side by side.
 ALONE = ("first_op_default", "device_lib_listing", "first_op_growth", "kit_setup_memory", "kit_setup_one_gpu",
-         "growth_before_split", "late_cuda_visible_devices", "growth_after_init", "mixed_precision_peaks")
+         "growth_before_split", "growth_variable_split", "device_lib_then_split", "late_cuda_visible_devices",
+         "late_cuda_visible_devices_driver", "growth_after_init", "mixed_precision_peaks")
 
 
 def _fact(name: str) -> dict:

@@ -93,8 +93,12 @@ def run(kind: str, bn: str, batching: str, epochs: int, build_source: str = "", 
         else:
             model = bn_model(kind, bn, classes=CLASSES)
             model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    from tensorflow.python.util import _pywrap_util_port
+
+    # the family this process really runs (TF_ENABLE_ONEDNN_OPTS=1 gives oneDNN only in a build that has it)
+    ran = "onednn" if _pywrap_util_port.IsMklEnabled() else "eigen"
     out: dict[str, Any] = {"case": [kind, bn, batching], "losses": [], "error": None, "later_fit": "",
-                           "rows": rows}
+                           "rows": rows, "kernels": ran}
     try:
         history = model.fit(ds, epochs=epochs, verbose=0, callbacks=[keras.callbacks.TerminateOnNaN()])
         out["losses"] = [float(v) for v in history.history["loss"]]

@@ -9,11 +9,19 @@ from ._common import Verdict, read, verdict
 _NUMBER = "Give a whole number, e.g. 3."
 # TensorFlow's device names ('/GPU:5', 'GPU:5', '/device:GPU:5'): the numbering these exercises tell apart from CUDA's
 _TF_NAME = re.compile(r"^\s*['\"]?\s*(/?(job:\S+/)?device:)?/?gpu\s*:\s*\d+", re.I)
+# PyTorch's device names ('cuda:5'): like TensorFlow's, they count the process's visible GPUs from 0
+_TORCH_NAME = re.compile(r"^\s*['\"]?\s*cuda\s*:\s*\d+", re.I)
+# an answer in CUDA's numbering ('CUDA GPU 3', 'cuda 3'), where a question asks for nvidia-smi's
+_CUDA_NUMBER = re.compile(r"^\s*['\"]?\s*cuda(\s+(gpu|device))?\s*#?\s*\d+\s*['\"]?\s*$", re.I)
 _NONE = re.compile(r"(none|zero|nothing|no|no gpus?|no devices?|zero gpus?|0 gpus?|none of them|not one)")
 
 
 def _tf_name(answer: Any) -> bool:
     return isinstance(answer, str) and bool(_TF_NAME.match(answer))
+
+
+def _torch_name(answer: Any) -> bool:
+    return isinstance(answer, str) and bool(_TORCH_NAME.match(answer))
 
 
 def _none_as_zero(answer: Any) -> Any:
@@ -27,13 +35,19 @@ def nb01_physical_behind(answer: Any) -> Verdict:
     """With CUDA_VISIBLE_DEVICES=3,5 on an 8-GPU server, which CUDA GPU is TensorFlow's /GPU:1? (Not 3,1: there
     the answer, 1, is also what a reader who expects no renumbering says.) 'CUDA GPU 5' and 'GPU 5', as the
     question and the solution say it, read as 5; a TensorFlow device name ('/GPU:5', 'GPU:5') is refused with a hint:
-    telling the two numberings apart is the point of the exercise."""
+    telling the two numberings apart is the point of the exercise. So is PyTorch's name ('cuda:5'), which counts
+    the process's visible GPUs from 0 as TensorFlow's does."""
     from ..visibility import parse_cuda_visible_devices
 
     if _tf_name(answer):
         return verdict(answer, False, "", f"{answer.strip()!r} is a TensorFlow device name, the numbering this "
                        "question asks you to translate: in that process TensorFlow's devices are /GPU:0 and /GPU:1. "
                        "Give the CUDA GPU's number, e.g. 3 or 'CUDA GPU 3'.")
+    if _torch_name(answer):
+        return verdict(answer, False, "", f"{answer.strip()!r} is PyTorch's name for a device of the process: like "
+                       "TensorFlow's /GPU:i, it counts the visible GPUs from 0, so that process has only cuda:0 and "
+                       "cuda:1 (the same two GPUs as /GPU:0 and /GPU:1). Give the CUDA GPU's number, e.g. 3 or "
+                       "'CUDA GPU 3'.")
     got = read(answer, "int", words=("cuda", "gpu", "physical", "device"),
                form="Give the CUDA GPU's number, e.g. 3 or 'CUDA GPU 3'.")
     if got.refusal is not None:
@@ -69,9 +83,7 @@ def nb01_locking_call(answer: Any) -> Verdict:
         return got.refusal
     from ..counting import KERAS_MODEL, probe_locks
 
-    # the course's rule: no cell waits over 5 s without saying so (the probe starts TensorFlow anew: 5-10 s)
-    print("probing it in a fresh process, as section 4 did (5 to 10 seconds)...", flush=True)
-    probe = probe_locks([KERAS_MODEL])[0]
+    probe = probe_locks([KERAS_MODEL])[0]       # says so before it starts: 5 to 10 seconds
     seen = f"probed just now in a fresh process: {probe.row().strip()}"
     return verdict(answer, got.value is probe.locked,
                    f"{probe.locked}, {seen}. Building the model creates its variables, which starts the devices "
@@ -98,10 +110,19 @@ def nb01_visible_after_drop(answer: Any) -> Verdict:
 def nb01_smi_behind(answer: Any) -> Verdict:
     """On the explorer's imaginary server (nvidia-smi GPUs 4-7 are the faster model), CUDA_DEVICE_ORDER
     unset: which nvidia-smi GPU does CUDA_VISIBLE_DEVICES=3 select? ('GPU 7' and 'nvidia-smi GPU 7' read as 7; a
-    TensorFlow device name such as '/GPU:7' is refused with a hint.)"""
-    if _tf_name(answer):
-        return verdict(answer, False, "", f"{answer.strip()!r} is a TensorFlow device name: in that process, which "
-                       "sees one GPU, TensorFlow calls it /GPU:0. Give the nvidia-smi GPU's number, e.g. 3 or 'GPU 3'.")
+    TensorFlow device name such as '/GPU:7', PyTorch's 'cuda:7' and a number in CUDA's numbering such as 'CUDA GPU 3'
+    are refused with a hint: the question asks for nvidia-smi's number.)"""
+    if _tf_name(answer) or _torch_name(answer):
+        kind = "a TensorFlow" if _tf_name(answer) else "PyTorch's"
+        local = "/GPU:0" if _tf_name(answer) else "cuda:0"
+        return verdict(answer, False, "", f"{answer.strip()!r} is {kind} device name: in that process, which "
+                       f"sees one GPU, it is called {local}. Give the nvidia-smi GPU's number, e.g. 3 or 'GPU 3'.")
+    if isinstance(answer, str) and _CUDA_NUMBER.match(answer):
+        return verdict(answer, False, "", f"{answer.strip()!r} is a number in CUDA's numbering, the one "
+                       "CUDA_VISIBLE_DEVICES uses: the script asks for CUDA GPU 3. The question is which board that is "
+                       "in nvidia-smi's numbering. Without PCI_BUS_ID, CUDA counts the faster model first: which "
+                       "nvidia-smi numbers do CUDA's 0, 1, 2, 3 get? Give the nvidia-smi GPU's number, e.g. 3 or "
+                       "'GPU 3'.")
     got = read(answer, "int", words=("nvidia-smi", "gpu"), form="Give the nvidia-smi GPU's number, e.g. 3 or 'GPU 3'.")
     if got.refusal is not None:
         return got.refusal

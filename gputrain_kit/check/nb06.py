@@ -1,6 +1,7 @@
 """Exercise checks of notebook 06."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._common import Verdict, percent_slip, read, verdict
@@ -8,15 +9,24 @@ from ._common import Verdict, percent_slip, read, verdict
 _RATE = ("lr", "learning", "rate", "of", "a")     # 'lr = 3.2', 'a learning rate of 3.2'
 
 
+def _rate(answer: Any, form: str):
+    """``read(answer, "number")`` for a learning rate, refusing a percentage ('320%' is no learning rate 3.2)."""
+    if isinstance(answer, str) and re.search(r"%|\bper\s?cent\b", answer, re.IGNORECASE):
+        return None, verdict(answer, False, "", "", form=f"A learning rate is a plain number, not a percentage of "
+                                                         f"anything. {form}")
+    got = read(answer, "number", words=_RATE, form=form)
+    return got.value, got.refusal
+
+
 def nb06_scaled_lr(answer: Any) -> Verdict:
     """Learning rate 0.05 works at batch 32; by the linear scaling rule, what is it at batch 2048?"""
     from ..lrscaling import linear_scaled_lr
 
-    got = read(answer, "number", words=_RATE, form="Give a number, e.g. 0.1.")
-    if got.refusal is not None:
-        return got.refusal
+    value, refusal = _rate(answer, "Give a number, e.g. 0.1.")
+    if refusal is not None:
+        return refusal
     right = linear_scaled_lr(0.05, 32, 2048)
-    return verdict(answer, abs(got.value - right) <= 0.005 + 1e-9,   # rounded to 2 decimals: right
+    return verdict(answer, abs(value - right) <= 0.005 + 1e-9,   # rounded to 2 decimals: right
                    f"{right:g}: the batch grew 64x, so the learning rate grows 64x (with a warm-up), if the rule "
                    "still held there: at 1024 it no longer did for this model.",
                    "Base learning rate x (new batch / base batch).")

@@ -3,18 +3,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._common import Verdict, as_int, read, verdict
+from ._common import Verdict, _short, _unquote, as_int, read, verdict
 
 NB07_HOSTS = ["gpu-a:12345", "gpu-b:12345", "gpu-c:12345"]
 _BATCH = ("global", "batch", "of", "a", "sample", "example")      # 'a global batch of 66', '66 samples'
 
 
+def _is_json(text: str) -> bool:
+    """Whether ``text`` (as the checks read it: outer quotes dropped) is JSON, as TensorFlow reads TF_CONFIG
+    (``json.loads`` in tfconfig_cluster_resolver.py); a dict as Python prints it is not."""
+    import json
+
+    try:
+        json.loads(text.strip() if text.strip().startswith("{") else _unquote(text))
+    except ValueError:
+        return False
+    return True
+
+
 def nb07_tf_config(answer: Any) -> Verdict:
-    """TF_CONFIG (a JSON string or a dict) for the host gpu-c in the cluster gpu-a, gpu-b, gpu-c (port 12345)."""
+    """TF_CONFIG (a JSON string, as TensorFlow reads it, or a dict) for the host gpu-c in the cluster gpu-a, gpu-b, gpu-c (port 12345)."""
     got = read(answer, "mapping", form="Give a JSON string or a dict like {'cluster': {'worker': [...]}, "
                "'task': {'type': 'worker', 'index': i}}.")
     if got.refusal is not None:
         return got.refusal
+    if isinstance(answer, str) and not _is_json(answer):
+        return Verdict(False, f"Not yet: TensorFlow cannot read this text, {_short(answer)}. It reads TF_CONFIG with "
+                              "json.loads, which refuses Python's way of writing a dict (single quotes, True, None), "
+                              "as str(config) writes it: write json.dumps(config), or give the dict itself.")
     config = got.value
     try:
         ok = (set(config["cluster"]) == {"worker"} and not isinstance(config["cluster"]["worker"], str)

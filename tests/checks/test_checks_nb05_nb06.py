@@ -118,6 +118,14 @@ def test_nb06_a_percentage_without_its_sign_and_two_decimals_are_read_as_meant()
     assert check.nb06_scaled_lr(3.2) and not check.nb06_scaled_lr(3.21)
 
 
+def test_nb06_a_learning_rate_written_as_a_percentage_is_refused():
+    """'320%' once read as the learning rate 3.2: a learning rate is no percentage."""
+    for percentage in ("320%", "320 %", "320 percent"):
+        got = check.nb06_scaled_lr(percentage)
+        assert not got and "not a percentage" in repr(got), got
+    assert check.nb06_scaled_lr("3.2")
+
+
 def test_nb05_a_fix_written_as_code_is_read_and_the_remainder_is_named():
     """Readers answered exercise 3 as code ('synchronized=True', 'BatchNormalization(synchronized=True)') and were
     told it was not a form; exercise 4's 40 (the remainder) got a hint about a whole extra batch."""

@@ -3,6 +3,8 @@ are named, and ``...`` is "not answered yet"."""
 from __future__ import annotations
 
 import json
+import os
+import unittest.mock
 
 import numpy as np
 import pytest
@@ -90,6 +92,25 @@ def test_older_checks_read_equivalent_forms_and_hint():
     assert not check.nb07_tf_config(dict(as_tuple, cluster={"worker": check.NB07_HOSTS[::-1]}))
     assert not check.nb07_tf_config(dict(as_tuple, cluster={"worker": ",".join(check.NB07_HOSTS)}))
     assert "JSON string or a dict" in repr(check.nb07_tf_config(42))
+
+
+def test_nb07_tf_config_as_python_prints_a_dict_is_refused_as_tensorflow_refuses_it():
+    """str(config) (single quotes) once read as correct; TensorFlow reads TF_CONFIG with json.loads
+    (tfconfig_cluster_resolver.py), which raises on it."""
+    import tensorflow as tf
+
+    config = json.loads(mw.tf_config(check.NB07_HOSTS, 2))
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(str(config))                                   # what TensorFlow does with it
+    for python_text in (str(config), repr(config), f"'{config}'"):
+        got = check.nb07_tf_config(python_text)
+        assert not got and "json.dumps(config)" in repr(got) and "single quotes" in repr(got), got
+    assert check.nb07_tf_config(json.dumps(config)) and check.nb07_tf_config(config)
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver
+    with unittest.mock.patch.dict(os.environ, {"TF_CONFIG": json.dumps(config)}):
+        assert resolver().task_id == 2                            # the JSON text: read by TensorFlow
+    with unittest.mock.patch.dict(os.environ, {"TF_CONFIG": str(config)}), pytest.raises(ValueError):
+        resolver().cluster_spec()                                 # JSONDecodeError is a ValueError
 
 
 def test_nb07_the_likeliest_slips_are_named():

@@ -154,7 +154,7 @@ def test_the_measured_peak_hint_names_the_method_or_the_one_slip_not_the_terms()
     no_accumulation = estimate(optimizer="sgd", dtype_policy="mixed_bfloat16").peak / 1e6
     no_mixed = estimate(optimizer="sgd", accumulation_steps=4).peak / 1e6
     no_sgd = estimate(dtype_policy="mixed_bfloat16", accumulation_steps=4).peak / 1e6
-    assert PEAK_TOLERANCE * mb < no_mixed - mb < 2 * PEAK_TOLERANCE * mb
+    assert PEAK_TOLERANCE * mb < no_mixed - mb < 0.04 * mb                       # 2.9% above
     for slip, named in ((no_gradients, "Does an accumulator replace the step's gradients?"),
                         (no_mixed, "two of the three levers"), (no_accumulation, "two of the three levers"),
                         (no_sgd, "two of the three levers")):
@@ -162,6 +162,44 @@ def test_the_measured_peak_hint_names_the_method_or_the_one_slip_not_the_terms()
             verdict = check.nb08_measured_peak(answer)
             assert not verdict and named in repr(verdict) and f"{mb:.1f}" not in repr(verdict), answer
 
+
+
+def test_the_measured_peak_refuses_the_batch_and_loss_slip_and_names_a_binary_unit(monkeypatch, capsys):
+    """A review found the 2% band accepting 35.37 MB, the answer with the batch and the loss halved too (section 4
+    keeps them float32), and "35.9 MiB" told "which one did you leave out?": the band is now 1%, the slip gets its
+    own hint, the binary unit a hint of its own; and a right answer says it is measuring before the silent wait."""
+    said = []
+
+    def fake(build, **kwargs):
+        said.append(capsys.readouterr().out)                        # what was printed before measuring began
+        return MemoryMeasurement(17_000_000, 41_000_000, "CPU:0", kwargs)
+
+    monkeypatch.setattr(measure, "measure_memory", fake)
+    levers = {"optimizer": "sgd", "dtype_policy": "mixed_bfloat16", "accumulation_steps": 4}
+    twin = estimate_memory(check.twin(), batch_size=2048, **levers)
+    mb = twin.peak / 1e6
+    assert PEAK_TOLERANCE == 0.01
+    batch_and_loss = 512 * (512 + 3 * 16) * 4 / 1e6                 # section 1's piece, for 512 samples, float32
+    halved_too = mb - batch_and_loss / 2
+    assert PEAK_TOLERANCE * mb < mb - halved_too < 2 * PEAK_TOLERANCE * mb      # inside the old 2%, outside 1%
+    working_set_float32 = mb + 512 * 2 * 512 * 2 / 1e6               # the working set left at 4 bytes a value
+    for answer in (halved_too, f"{halved_too:.2f} MB", round(halved_too, 1)):
+        verdict = check.nb08_measured_peak(answer)
+        assert not verdict and "They stay float32 (section 4)" in repr(verdict) and f"{mb:.1f}" not in repr(verdict)
+    verdict = check.nb08_measured_peak(round(working_set_float32, 2))
+    assert not verdict and "a part mixed precision halves left in float32" in repr(verdict)
+    for answer, unit, binary in ((f"{mb:.1f} MiB", "MB", "a MiB is 1,048,576 bytes"),
+                                 (f"{mb:.1f}MiB", "MB", "a MiB is 1,048,576 bytes"),
+                                 (f"{mb / 1000:.4f} GiB", "GB", "a GiB is 1,073,741,824 bytes"),
+                                 (f"{mb:.1f} mebibytes", "MB", "a MiB is 1,048,576 bytes")):
+        verdict = check.nb08_measured_peak(answer)
+        assert not verdict and binary in repr(verdict), answer
+        assert "leave out" not in repr(verdict) and f"is your number a count of {unit}?" in repr(verdict), answer
+    assert said == []                                                # nothing measured for any of them
+    far = check.nb08_measured_peak("50 MiB")                         # a binary unit, but not the right number
+    assert not far and "1,048,576" not in repr(far)
+    assert check.nb08_measured_peak(round(mb, 1)) and len(said) == 1
+    assert "measuring the twin with the three levers in a fresh process" in said[0]
 
 def test_a_count_that_fits_but_is_not_the_fewest_is_told_so():
     assert "fit, but so does a smaller" in repr(check.nb08_accumulation_to_fit(2 * ACC))

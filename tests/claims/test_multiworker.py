@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 
+import keras
 import numpy as np
 import pytest
 
@@ -806,6 +807,25 @@ def test_trainable_weights_stay_identical_across_workers_batchnorm_statistics_dr
     assert np.max(np.abs(np.subtract(a["moving"], b["moving"]))) > 1e-4
 
 
+def test_experimental_local_results_is_a_tuple_of_this_process_replicas_parts():
+    """Notebook 07, step 1: experimental_local_results gives the parts of a distributed value held by this
+    process's replicas, as a tuple (one part per replica; one with one replica)."""
+    out = last_json(run_python("""
+        import json
+        import tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        shapes = {}
+        for devices in (["CPU:0", "CPU:1"], ["CPU:0"]):
+            strategy = tf.distribute.MirroredStrategy(devices)
+            x = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.range(8).batch(4))))
+            parts = strategy.experimental_local_results(x)
+            shapes[len(devices)] = [type(parts).__name__] + [int(p.shape[0]) for p in parts]
+        print(json.dumps(shapes))
+    """))
+    assert out == {"2": ["tuple", 2, 2], "1": ["tuple", 4]}
+
+
 def test_keras_batchnorm_statistics_are_created_with_aggregation_none():
     import keras
 
@@ -829,6 +849,22 @@ def total(values):
 
 def uses_other_cells(v=1):
     return [Doubler().twice(v) * SCALE, total([1, 2])]
+
+
+class Scaled(keras.layers.Layer):      # a Keras layer subclass of another cell
+    def call(self, x):
+        return x * SCALE
+
+
+def uses_a_subclassed_layer():
+    return keras.Sequential([keras.Input((2,)), Scaled()])(np.ones((1, 2))).numpy().tolist()
+
+
+def test_a_subclassed_keras_layer_and_what_it_uses_travel_with_the_function():
+    """Notebook 07: a keras.layers.Layer subclass defined in another cell runs in the worker, with the constant
+    its method uses (the module's imports come before it: no NameError on `keras` where the class is made)."""
+    run = kit.launch_local_workers(uses_a_subclassed_layer, workers=1, log=None)
+    assert run.results == [[[3.0, 3.0]]]
 
 
 AN_ARRAY = np.zeros(3)

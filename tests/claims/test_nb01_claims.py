@@ -115,7 +115,7 @@ def test_nb01_exercise_checks(capsys):
     assert "Give True or False" in repr(check.nb01_locking_call("maybe"))
     # the probe takes 5-10 s: it says so before it starts, once per probe, and not when there is nothing to probe
     said = capsys.readouterr().out.splitlines()
-    assert said == ["probing it in a fresh process, as section 4 did (5 to 10 seconds)..."] * 2, said
+    assert said == ["probing 1 call, each first thing in a process of its own (5 to 10 seconds)..."] * 2, said
 
 
 def test_building_a_keras_model_locks_the_device_configuration():

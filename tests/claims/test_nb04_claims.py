@@ -643,6 +643,40 @@ def test_a_subclassed_models_layers_are_keyed_by_attribute_name():
     assert out["renamed_attribute"] == "Layer 'hidden' expected 2 variables, but received 0 variables during loading"
 
 
+def test_a_subclassed_models_list_attribute_keys_its_layers_by_class_and_occurrence():
+    """Section 2: layers in a list attribute are keyed by the attribute, then by class and occurrence inside the
+    list (Keras's _save_container_state), never by name: the notebook's Stack."""
+    out = last_json(run_python("""
+        import json, os, tempfile, h5py, numpy as np, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras
+
+        class Stack(keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.blocks = [keras.layers.Dense(32, activation="relu", name="first"),
+                               keras.layers.LayerNormalization(name="norm"),
+                               keras.layers.Dense(32, activation="relu", name="second"), keras.layers.Dense(10, name="out")]
+
+            def call(self, x):
+                for block in self.blocks:
+                    x = block(x)
+                return x
+
+        stack = Stack()
+        stack(np.zeros((1, 64), "float32"))
+        path = os.path.join(tempfile.mkdtemp(), "stack.weights.h5")
+        stack.save_weights(path)
+        groups = {}
+        with h5py.File(path, "r") as f:
+            f.visititems(lambda key, item: groups.update({key[:-5]: item.attrs["name"]})
+                         if key.endswith("/vars") and len(item) else None)
+        print(json.dumps(groups))
+    """))
+    assert out == {"blocks/dense": "first", "blocks/dense_1": "second", "blocks/dense_2": "out",
+                   "blocks/layer_normalization": "norm"}
+
+
 def test_a_fresh_optimizer_holds_two_variables_before_compile():
     """Sections 1 and 2: the step counter and the learning rate are the optimizer's constructor's, not
     compile's: an Adam never given to compile has them; compile with an Adam object adds none; a learning-rate

@@ -467,3 +467,18 @@ def test_other_cases_are_every_combination_but_no_bn_with_drop_remainder():
     known = set(batchnorm.DEFAULT_CASES) | set(batchnorm.OTHER_CASES)
     assert len(batchnorm.DEFAULT_CASES) == 6 and len(batchnorm.OTHER_CASES) == 8 and len(known) == 14
     assert every - known == {("dense", "no BN", "drop_remainder"), ("conv", "no BN", "drop_remainder")}
+
+
+def test_the_docstring_split_2_2_0_is_the_legacy_rebatch_and_fit_rebatches_by_computed_sizes():
+    """Section 1 cites the docstring of _LegacyRebatchDataset (4 samples on 3 replicas: [2, 2, 0]); input_lib
+    uses that class only when the batch size cannot be computed (-1), otherwise dataset.rebatch with the sizes of
+    batch_sizes_for_worker."""
+    import inspect
+
+    from tensorflow.python.data.experimental.ops import distribute
+    from tensorflow.python.distribute import input_lib
+
+    assert "[0, 1], [2, 3], [], [4, 5], [6, 7], []" in distribute._LegacyRebatchDataset.__doc__
+    source = inspect.getsource(input_lib)
+    assert "distribute.batch_sizes_for_worker(" in source and "dataset.rebatch(batch_sizes)" in source
+    assert "math_ops.not_equal(batch_size, -1)" in source and "apply_legacy_rebatch" in source

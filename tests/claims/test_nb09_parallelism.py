@@ -6,6 +6,8 @@ a reloaded Sequential's layers are built outside the model's name scope."""
 from __future__ import annotations
 
 import inspect
+import json
+from pathlib import Path
 
 from conftest import last_json, run_python
 from support import JAX_MODELS
@@ -83,7 +85,8 @@ for name, layouts in (("tp", tp_map), ("fsdp", fs_map)):
         weight_gathers=[c.array_bytes for c in step if c.kind == "all-gather" and c.of_input],
         activation=[[c.kind, c.group, c.cost_bytes] for c in step      # computed, a row per sample of a slice
                     if not c.of_input and any(len(a) == 2 and a[0] == rows[name] for a in c.arrays)],
-        kinds=sorted(step.by_kind()), cost=step.cost_bytes, growth=step.cost_bytes / steps[512].cost_bytes)
+        kinds=sorted(step.by_kind()), cost=step.cost_bytes, growth=step.cost_bytes / steps[512].cost_bytes,
+        by_kind={k: [v['count'], v['cost']] for k, v in step.by_kind().items()})
 print(json.dumps(res))
 ''')
     tp, fsdp = out["tp"], out["fsdp"]
@@ -96,6 +99,18 @@ print(json.dumps(res))
     assert fsdp["activation"] == []
     bias = fsdp["full"] - fsdp["kernels"]
     assert abs(fsdp["cost"] / (3 * fsdp["kernels"] + 2 * bias) - 1) < 1e-4     # the Scaling Book's 3V (+2V whole)
+    # the totals match for two reasons that cancel (a review found "(the same cost)" said of the all-reduce alone):
+    # XLA gathers each kernel once (3, not the book's 6) and all-reduces every gradient (2V) where the book
+    # reduce-scatters the kernels' (V)
+    (gathers, gather_cost), (reduces, reduce_cost) = fsdp["by_kind"]["all-gather"], fsdp["by_kind"]["all-reduce"]
+    assert gathers == 3 and reduces == 1 and "reduce-scatter" not in fsdp["by_kind"]
+    saved, spent = 2 * fsdp["kernels"] - gather_cost, reduce_cost - (fsdp["kernels"] + 2 * bias)
+    assert saved == fsdp["kernels"] and abs(spent / saved - 1) < 1e-4
+    assert abs(reduce_cost / (2 * fsdp["full"]) - 1) < 1e-4
+    cells = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "09_keras_distribution.ipynb").read_text())
+    code = " ".join("".join(c["source"]) for c in cells["cells"] if c["cell_type"] == "code")
+    assert "match only because the two cancel" in code
+    assert "(the same cost)" not in code
     assert fsdp["growth"] == 1.0 and 1.8 < tp["growth"] < 2.3               # weights vs activations
     assert set(fsdp["kinds"]) <= {"all-gather", "all-reduce", "reduce-scatter"}
     at_1024 = tp["cost"] / fsdp["cost"]

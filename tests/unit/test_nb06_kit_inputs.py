@@ -167,3 +167,43 @@ def test_measure_steps_times_every_step(model, warmup):
     times = measure_steps(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(8), steps=5, warmup=warmup)
     assert len(times.wait_s) == len(times.compute_s) == 5
     assert all(t >= 0 for t in times.wait_s + times.compute_s) and 0 <= times.input_bound_fraction <= 1
+
+
+def test_measure_steps_says_unbatched_for_a_subclassed_model_too():
+    """A subclassed model has no ``inputs`` to compare the dataset's x with: its first step fails on one example's
+    shape, and the kit says why (Keras alone says 'as_list() is not defined on an unknown TensorShape')."""
+    import keras
+    import tensorflow as tf
+
+    from gputrain_kit.feeding import measure_steps
+
+    class Sub(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(10)
+
+        def call(self, x):
+            return self.dense(x)
+
+    sub = Sub()
+    sub.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = _data()
+    with pytest.raises(ValueError, match=r"x of shape \(64,\) .* is it unbatched\? Call \.batch\(64\)") as caught:
+        measure_steps(sub, tf.data.Dataset.from_tensor_slices((x, y)), steps=1)
+    assert caught.value.__cause__ is not None                        # Keras's own error, kept as the cause
+    times = measure_steps(sub, tf.data.Dataset.from_tensor_slices((x, y)).batch(8), steps=2, warmup=0)
+    assert len(times.wait_s) == 2
+
+
+@pytest.mark.parametrize("argument", ["compute_time_per_sample", "gradient_bytes", "bandwidth", "latency",
+                                      "input_ceiling"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_scaling_model_refuses_nan_and_infinity(argument, bad):
+    """NaN once gave "efficiency 100%" and infinity a bare ZeroDivisionError."""
+    from gputrain_kit.scaling import scaling_model
+
+    kwargs = dict(compute_time_per_sample=1 / 130, gradient_bytes=4 * 138e6, per_gpu_batch=64, bandwidth=12e9)
+    kwargs[argument] = bad
+    with pytest.raises(ValueError, match=rf"scaling_model: {argument} must be a finite .*, got -?(nan|inf); "
+                                         "pass a number, not NaN or infinity"):
+        scaling_model(8, **kwargs)

@@ -28,3 +28,36 @@ def test_variable_devices_refuses_an_unbuilt_model_and_reads_a_built_one():
     assert all(len(where) == 1 and where[0].startswith("CPU:") for where in devices.values())
     with pytest.raises(ValueError, match="variable_devices: expected a Keras model or layer, got int"):
         variable_devices(3)
+
+
+def test_run_on_replicas_refuses_a_batch_that_is_not_distributed():
+    """A plain tensor would reach every replica whole (strategy.run does not split it): refused, with the fix; a
+    distributed batch still runs, a quarter on each of 4 replicas."""
+    from conftest import last_json, run_python
+
+    out = last_json(run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=4)
+        import numpy as np, tensorflow as tf
+        from gputrain_kit.placement import run_on_replicas
+        strategy = tf.distribute.MirroredStrategy(kit.device_names())
+        out = {}
+        for name, batch in [("tensor", tf.ones((16, 3))), ("array", np.ones((16, 3))), ("dict", {"x": tf.ones((16, 3))})]:
+            try:
+                out[name] = run_on_replicas(strategy, lambda b: b, batch)
+            except ValueError as err:
+                out[name] = str(err)
+        batch = next(iter(strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices(
+            np.ones((64, 3), "float32")).batch(16))))
+        out["distributed"] = run_on_replicas(strategy, lambda b: b * 2, batch)
+        one = tf.distribute.MirroredStrategy(kit.device_names(1))        # one replica: nothing to split
+        out["one replica"] = run_on_replicas(one, lambda b: b, tf.ones((16, 3)))
+        print(json.dumps(out))
+    """))
+    for name in ("tensor", "array", "dict"):
+        message = out[name]
+        assert isinstance(message, str) and message.startswith("run_on_replicas: distributed_batch must be split"), out
+        assert "every one of the 4 replicas" in message and "experimental_distribute_dataset" in message
+    assert "EagerTensor of shape (16, 3)" in out["tensor"] and "ndarray of shape (16, 3)" in out["array"]
+    assert out["distributed"] == [[f"CPU:{i}", [4, 3]] for i in range(4)]
+    assert out["one replica"] == [["CPU:0", [16, 3]]]

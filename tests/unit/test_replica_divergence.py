@@ -131,3 +131,29 @@ def test_after_the_conv_nets_empty_replica_crash_diverged_copies_are_named(famil
     assert "rebuild the model, or reload saved weights, before training or predicting" in text
     assert r["health"].startswith("ReplicaHealth: after epoch 1, trainable copies differ between replicas: "), r
     assert "bn/beta" in r["health"] and "vec_dense/kernel" in r["health"]
+
+
+SPREAD = """
+    import json
+    import gputrain_kit as kit
+    kit.setup(devices=3)
+    import keras
+    strategy = kit.training.strategy_for(3)
+    with strategy.scope():
+        layer = keras.layers.BatchNormalization(name="bn")
+        layer.build((None, 2))
+    copies = strategy.experimental_local_results(layer.moving_mean.value)
+    copies[1].assign([0.25, 0.0])
+    copies[2].assign([-0.25, 0.0])                  # replicas 1 and 2 are 0.5 apart, each 0.25 from replica 0
+    report = kit.replica_report(layer, strategy)
+    print(json.dumps({"spread": report.spread, "cells": [list(r.max_diff) for r in report.rows], "text": repr(report)}))
+"""
+
+
+def test_spread_is_the_largest_difference_from_replica_0s_copy_not_between_any_two():
+    """Notebook 05 (sections 3-4) calls spread the largest difference of a replica's copy from replica 0's: copies
+    0, +0.25 and -0.25 give 0.25, not the 0.5 between replicas 1 and 2; the table's cells are the same measure."""
+    r = last_json(run_python(SPREAD))
+    assert r["spread"] == 0.25, r
+    assert max(max(cells) for cells in r["cells"]) == r["spread"]
+    assert "(cells: largest |copy - replica 0's copy|;" in r["text"] and "spread 0.25)" in r["text"]

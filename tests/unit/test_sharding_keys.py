@@ -1,0 +1,111 @@
+"""check_layout_map's advice for a key that matches nothing (a review found it fixed): the prefix advice
+"start the key with '(.*/)?'" only where a prefixed key does match a path of the model, with real paths as its
+examples; a key that already has the prefix, or that no prefix helps (a conv key on a transformer, an attention key
+on a CNN), gets the model's real paths instead, and never a path the model does not have."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import last_json, run_python
+from support import JAX_MODELS
+
+CHILD = '''
+import json, gputrain_kit as kit
+kit.setup(devices=1, backend="jax")
+import keras
+from keras import distribution
+''' + JAX_MODELS + '''
+def cnn(name="cnn"):
+    images = keras.Input((8, 8, 1))
+    h = keras.layers.Conv2D(4, 3, name="conv2d")(images)
+    h = keras.layers.BatchNormalization(name="bn")(h)
+    out = keras.layers.Dense(3, name="head")(keras.layers.Flatten()(h))
+    return keras.Model(images, out, name=name)
+
+def fn(name="fn"):
+    inputs = keras.Input((4,))
+    return keras.Model(inputs, keras.layers.Dense(2, name="d1")(inputs), name=name)
+
+models = {"mlp": mlp(), "block": block(), "cnn": cnn(), "fn": fn()}
+cases = {"mlp: no prefix": ("mlp", ["d.*/kernel"]),
+         "fn: the model's name first": ("fn", ["fn/d[0-9]+/kernel"]),
+         "block: the model's name first": ("block", ["block/ff.*/kernel"]),
+         "block: a conv key, prefixed": ("block", ["(.*/)?conv2d.*/kernel"]),
+         "cnn: an attention key, prefixed": ("cnn", ["(.*/)?(query|key|value)/kernel"]),
+         "cnn: an attention key, no prefix": ("cnn", ["attention/query/kernel"]),
+         "mlp: two keys": ("mlp", ["d.*/kernel", "(.*/)?conv2d/kernel"]),
+         "mlp: all match": ("mlp", ["(.*/)?d[0-9]+/kernel"])}
+out = {"paths": {name: [v.path for v in model.weights] for name, model in models.items()}}
+for case, (name, keys) in cases.items():
+    layouts = distribution.LayoutMap(None)
+    for key in keys:
+        layouts[key] = (None, "model")
+    try:
+        out[case] = {"ok": kit.sharding.check_layout_map(models[name], layouts)}
+    except kit.sharding.LayoutError as err:
+        out[case] = {"message": str(err)}
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def answers():
+    return last_json(run_python(CHILD, env={"KERAS_BACKEND": "jax"}))   # a fresh interpreter: JAX from the start
+
+
+def _quoted(message: str) -> set[str]:
+    return set(re.findall(r"'([^']*)'", message))
+
+
+def _no_made_up_path(message: str, paths: list[str], keys: tuple[str, ...] = ()) -> None:
+    """Every quoted string that looks like a variable path (a '/' and no regex), other than the keys given, is one
+    of the model's."""
+    for quoted in _quoted(message) - set(keys):
+        if "/" in quoted and not re.search(r"[.*()?|\[\]+]", quoted):
+            assert quoted in paths, (quoted, message)
+
+
+@pytest.mark.parametrize("case, model, fixed", [
+    ("mlp: no prefix", "mlp", "'(.*/)?d.*/kernel' matches 'mlp/d1/kernel', 'mlp/d2/kernel', 'mlp/d3/kernel'"),
+    ("fn: the model's name first", "fn", "put '(.*/)?' in place of 'fn/': '(.*/)?d[0-9]+/kernel' matches 'd1/kernel'"),
+    ("block: the model's name first", "block", "'(.*/)?ff.*/kernel' matches 'ff1/kernel', 'ff2/kernel'"),
+])
+def test_the_prefix_advice_where_a_prefixed_key_matches(answers, case, model, fixed):
+    message = answers[case]["message"]
+    assert message.startswith("check_layout_map: 1 LayoutMap key(s) match no variable of " + model)
+    assert "Fix: " in message and fixed in message
+    starts = all(p.startswith(model + "/") for p in answers["paths"][model])
+    assert (f"paths start with its name '{model}'" in message) == starts
+    assert (f"paths do not start with its name '{model}'" in message) == (not starts)
+    _no_made_up_path(message, answers["paths"][model])
+
+
+@pytest.mark.parametrize("case, model", [("block: a conv key, prefixed", "block"),
+                                         ("cnn: an attention key, prefixed", "cnn"),
+                                         ("cnn: an attention key, no prefix", "cnn")])
+def test_real_paths_where_no_prefix_helps(answers, case, model):
+    """The review's cases: '(.*/)?conv2d.*/kernel' on a functional transformer and '(.*/)?(query|key|value)/kernel'
+    on a CNN were told to start the key with '(.*/)?', which they did, with paths neither model has."""
+    message, paths = answers[case]["message"], answers["paths"][model]
+    assert "start the key with" not in message and "in place of" not in message
+    assert "No path of this model matches it" in message
+    assert ("it already starts with '(.*/)?'" in message) == case.endswith(", prefixed")
+    assert all(repr(p) in message for p in paths[:8])
+    assert "Fix: write the key from those paths" in message
+    _no_made_up_path(message, paths, ("attention/query/kernel",))
+
+
+def test_each_key_gets_its_own_advice(answers):
+    message = answers["mlp: two keys"]["message"]
+    assert "2 LayoutMap key(s)" in message
+    assert "For 'd.*/kernel': " in message and "For '(.*/)?conv2d/kernel': " in message
+    assert message.count("Fix: ") == 2
+    assert message.index("start the key with") < message.index("No path of this model")
+    _no_made_up_path(message, answers["paths"]["mlp"])
+
+
+def test_a_map_whose_keys_all_match_passes(answers):
+    assert answers["mlp: all match"]["ok"] == {"(.*/)?d[0-9]+/kernel": ["mlp/d1/kernel", "mlp/d2/kernel",
+                                                                       "mlp/d3/kernel"]}
