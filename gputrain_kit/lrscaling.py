@@ -15,7 +15,6 @@ seed and the warm-up's length, from far below the unscaled rate to above it (not
 """
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any, Sequence
 
@@ -25,12 +24,8 @@ __all__ = ["linear_scaled_lr", "warmup_schedule", "LinearWarmup", "batch_sweep",
 
 
 def _rate(func: str, name: str, value: Any) -> float:
-    """A positive, finite learning rate (``require_number`` lets NaN and infinity through)."""
-    value = require_number(func, name, value)
-    if not math.isfinite(value):
-        raise ValueError(f"{func}: {name} must be a finite learning rate, got {short(value)}; "
-                         f"pass a positive number, e.g. {name}=0.05.")
-    return value
+    """A positive, finite learning rate (``require_number`` refuses NaN and infinity)."""
+    return require_number(func, name, value)
 
 
 def linear_scaled_lr(base_lr: float, base_batch: int, batch: int) -> float:
