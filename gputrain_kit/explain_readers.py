@@ -308,7 +308,8 @@ def _read_uneven(base: Explanation, text: str, plan: Plan | None) -> Explanation
         below = batch - batch % count
         choices = f"{below} or {below + count}" if below else f"{count} or {2 * count}"
         fix = f"Here: {choices} instead of {batch} on {count} replicas, if the data hold that many samples" + (
-            " (pass plan= to have the data's size taken into account)." if plan is None else ".")
+            " (to have the data's size taken into account, pass the run's plan: kit.explain(err, "
+            "plan=kit.plan_batches(n_samples, global_batch, replicas)))." if plan is None else ".")
     return _with(base, why=" ".join(here), fix=fix)
 
 

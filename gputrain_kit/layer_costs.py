@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["trace_profile", "RULED_KINDS"]
+__all__ = ["trace_profile", "forget_pending", "RULED_KINDS"]
 
 #: activations whose gradient reads only the output (the input can be freed)
 _OUTPUT_GRAD = {"linear", "relu", "tanh", "sigmoid", "softmax", "relu6", "exponential"}
@@ -150,11 +150,52 @@ def _tensors(value: Any) -> list[Any]:
     return [t for t in keras.tree.flatten(value) if hasattr(t, "shape") and hasattr(t, "dtype")]
 
 
-def trace_profile(model: Any, specs: list[tuple[tuple[int, ...], str]], LayerStat: Any) -> list[Any]:
+def forget_pending(variables: Any) -> None:
+    """Take ``variables`` off Keras's list of variables created without a value: Keras gives every variable on it
+    its value when its next symbolic call ends (any later ``keras.Input`` model or subclassed call), which for a
+    model built abstractly would allocate all of it."""
+    from keras.src.backend.common import global_state
+
+    ids = {id(v) for v in variables}
+    pending = global_state.get_global_attribute("uninitialized_variables") or []
+    global_state.set_global_attribute("uninitialized_variables", [v for v in pending if id(v) not in ids])
+
+
+def _initialize_new(model: Any, before: set[int], initialize: bool) -> None:
+    """Give a value to each variable the trace created (sublayers that ``model.build(shape)`` left unbuilt), as
+    Keras does when its own symbolic call ends, under the model's strategy; a variable left without one breaks the
+    next ``fit`` ("'SymbolicTensor' object has no attribute 'handle'"). ``initialize`` False (a model built
+    abstractly): they stay without values, and off Keras's list (``forget_pending``)."""
+    import contextlib
+
+    new = [v for v in model.weights if id(v) not in before and getattr(v, "_value", 0) is None]
+    forget_pending(new)
+    if not new or not initialize:
+        return
+    scope: Any = contextlib.nullcontext()
+    strategy = getattr(model, "_distribute_strategy", None)
+    if strategy is not None:
+        import tensorflow as tf
+
+        if not tf.distribute.has_strategy():
+            scope = strategy.scope()
+    with scope:
+        for variable in new:
+            variable._deferred_initialize()
+
+
+def trace_profile(model: Any, specs: list[tuple[tuple[int, ...], str]], LayerStat: Any, *,
+                  initialize: bool = True) -> list[Any]:
     """Per-layer ``LayerStat`` of ``model`` (``profiles.LayerStat``, passed in) from one symbolic call in training
-    mode on inputs of ``specs`` (``profiles.input_specs``): see the module's docstring."""
+    mode on inputs of ``specs`` (``profiles.input_specs``): see the module's docstring. ``initialize``: give a
+    value to every variable the call creates (a sublayer built for the first time), unless the model was built
+    without values (``profiles.build_abstractly``): the model then trains as if it had been called once."""
     import keras
     from keras.src import backend as keras_backend
+
+    before = {id(v) for v in model.weights}
+    # a model whose variables all hold values (not one built abstractly) keeps them all valued after the trace
+    initialize = initialize and all(getattr(v, "_value", 0) is not None for v in model.weights)
 
     records: list[tuple[Any, int, list[Any], list[Any]]] = []
     depth = [0]
@@ -191,6 +232,7 @@ def trace_profile(model: Any, specs: list[tuple[tuple[int, ...], str]], LayerSta
                 lambda *xs: model(list(xs) if len(xs) > 1 else xs[0], training=True), *tensors)
     finally:
         keras.layers.Layer.__call__ = original
+        _initialize_new(model, before, initialize)
     # leaves: ruled layers, and layers that called no other layer (composites are read through their parts)
     parents = {id(layer) for layer, d, _, _ in records}
     called_inside: set[int] = set()

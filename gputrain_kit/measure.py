@@ -44,8 +44,9 @@ def measure_training_step(model: Any, x: Any, y: Any) -> dict[str, int]:
     name = getattr(model, "name", "?")
     fixes = []
     if not model.weights:
-        fixes.append(f"the model {name!r} is not built yet (it has no weights): build it with "
-                     "model.build(input_shape), or call it once on a batch (model(x[:1]))")
+        fixes.append(f"the model {name!r} is not built yet (it has no weights): call it once on a batch "
+                     "(model(x[:1])), or start it with keras.Input(shape) (model.build(input_shape) builds a "
+                     "subclassed model's layers only if the model defines build())")
     if optimizer is None:
         fixes.append(f"the model {name!r} is not compiled: call model.compile(optimizer=..., loss=...) first")
     if fixes or optimizer is None:

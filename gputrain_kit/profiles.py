@@ -53,7 +53,8 @@ class LayerStat:
 def profile(model: Any, *, _caller: str = "profile") -> list[LayerStat]:
     """What each layer of a built Keras model keeps for a training step, per sample (``LayerStat``), read from one
     symbolic call (``layer_costs.trace_profile``: shapes only, nothing computed): functional, Sequential and
-    subclassed models alike (a subclassed model must have been called once, so that its input shape is known)."""
+    subclassed models alike (a subclassed model must have been called once, so that its input shape is known;
+    sublayers that ``model.build(shape)`` left unbuilt are built by the trace, with values, as a first call would)."""
     import keras
 
     if not isinstance(model, keras.Model):
@@ -66,20 +67,25 @@ def profile(model: Any, *, _caller: str = "profile") -> list[LayerStat]:
                          "call it once on a batch.")
     from .layer_costs import trace_profile
 
-    key = (len(model.weights), keras.config.dtype_policy().name)
+    key = lambda: (len(model.weights), keras.config.dtype_policy().name)      # noqa: E731
     cached = _PROFILES.get(model)
-    if cached is None or cached[0] != key:          # traced once per model (a widget asks at every change)
-        cached = (key, trace_profile(model, input_specs(model, _caller=_caller), LayerStat))
+    if cached is None or cached[0] != key():        # traced once per model (a widget asks at every change)
+        stats = trace_profile(model, input_specs(model, _caller=_caller), LayerStat,
+                              initialize=model not in _ABSTRACT)
+        cached = (key(), stats)                     # after the trace: it may build sublayers left unbuilt
         _PROFILES[model] = cached
     return list(cached[1])
 
 
 _PROFILES: "weakref.WeakKeyDictionary[Any, tuple[Any, list[LayerStat]]]" = weakref.WeakKeyDictionary()
+#: models built by ``build_abstractly``: their variables stay without values
+_ABSTRACT: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 def build_abstractly(func: str, build: Any, dtype_policy: str = "float32") -> Any:
     """``build()``'s model with no weight allocated (``keras.StatelessScope``: every variable's shape, no value),
-    under ``dtype_policy``, so that planning a model of billions of parameters needs no memory for them."""
+    under ``dtype_policy``, so that planning a model of billions of parameters needs no memory for them (its
+    variables stay without values: Keras's next symbolic call does not give them any)."""
     import keras
 
     name = getattr(build, "__name__", "")
@@ -101,6 +107,10 @@ def build_abstractly(func: str, build: Any, dtype_policy: str = "float32") -> An
         keras.config.set_dtype_policy(previous)
     if not isinstance(model, keras.Model):
         raise ArgumentTypeError(f"{func}: {name}() must return a Keras model, got {typed(model)}.")
+    from .layer_costs import forget_pending
+
+    forget_pending(model.weights)               # else Keras's next symbolic call would give them values
+    _ABSTRACT.add(model)
     return model
 
 

@@ -221,9 +221,9 @@ def distributed_split(strategy: Any, n_samples: int, global_batch: int, drop_rem
 
 def slowdown_band(ratio: float) -> str:
     """``ratio`` (time per sample on several replicas over time per sample on one) in words, by band: "less time
-    per sample than one" (under 0.9), "about as long as one" (0.9 to 1.5), "several times as long as one" (1.5 to
-    10), "more than ten times as long as one" (10 and over). Notebook 02 prints a timing this way: the number
-    changes from run to run and machine to machine, the band much less."""
+    per sample than one" (under 0.9), "about as long as one" (0.9 to 1.5), "1.5 to 3 times as long as one",
+    "3 to 10 times as long as one", "more than ten times as long as one" (10 and over). Notebook 02 prints a
+    timing this way: the number changes from run to run and machine to machine, the band much less."""
     import math
     import numbers
 
@@ -240,8 +240,10 @@ def slowdown_band(ratio: float) -> str:
         return "less time per sample than one"
     if ratio < 1.5:
         return "about as long as one"
+    if ratio < 3:
+        return "1.5 to 3 times as long as one"
     if ratio < 10:
-        return "several times as long as one"
+        return "3 to 10 times as long as one"
     return "more than ten times as long as one"
 
 

@@ -1,6 +1,7 @@
 """Exercise checks of notebook 02."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._common import Verdict, read, verdict
@@ -9,9 +10,12 @@ _NUMBER = "Give a whole number, e.g. 32."
 
 
 def nb02_per_replica(answer: Any) -> Verdict:
-    """Global batch 384 on 8 GPUs: how many samples does each replica get per step? ('48 samples' too)"""
+    """Global batch 384 on 8 GPUs: how many samples does each replica get per step? ('48 samples' and '48 samples
+    per replica per step' too)"""
     from ..batching import split_batch
 
+    if isinstance(answer, str):                  # the question's own words: '48 samples per replica per step'
+        answer = re.sub(r"\s+(?:per|each|in\s+(?:one|a|each))\s+step\s*$", "", answer.strip(), flags=re.IGNORECASE)
     got = read(answer, "int", words=("sample", "example", "per", "replica", "each"), form=_NUMBER)
     if got.refusal is not None:
         return got.refusal

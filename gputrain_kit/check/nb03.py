@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ._common import Verdict, percent_slip, read, unit_slip, verdict
+from ._common import Slip, Verdict, percent_slip, read, unit_slip, verdict
 
 
 def nb03_less_memory(answer: Any) -> Verdict:
@@ -18,6 +18,10 @@ def nb03_less_memory(answer: Any) -> Verdict:
                form="Answer 'data' or 'split'.")
     if got.refusal is not None:
         return got.refusal
+    counts = {int(n) for n in re.findall(r"\d+", answer)} if isinstance(answer, str) else set()
+    if counts - {{"data": 4, "split": 2}[got.value]}:            # 'split x4', 'data x2': not what is compared
+        return verdict(answer, False, "", "", form="The question compares data parallelism on 4 devices with a "
+                       "2-way split: answer 'data' or 'split' (with its count if you like: 'data x4', 'split x2').")
     profile = preset_profile("Dense stack 24 x 8192 (1.6B parameters)")
     peaks = {s: estimate_memory(profile, batch_size=32, strategy=s, devices=d).peak
              for s, d in (("data", 4), ("split", 2))}
@@ -101,6 +105,9 @@ def nb03_split_state_gb(answer: Any) -> Verdict:
                                   devices=3).per_device, key=lambda d: d["total"])
     right = (fullest["parameters"] + fullest["gradients"] + fullest["optimizer"]) / 1e9
     slip = unit_slip(value, right, "GB", 0.02)
+    if not slip and abs(value - right * 1e3) <= 0.02 * right * 1e3:      # the right amount in MB
+        slip = Slip(f"{value:g} is the right amount in MB, but the question asks for GB (1 GB = 1e9 bytes, "
+                    f"1000 MB); say the unit when you use another: '{value:g} MB'.")
     if slip:
         return verdict(answer, False, "", "", form=slip)
     return verdict(answer, abs(value - right) <= 0.02 * right,

@@ -48,3 +48,13 @@ def test_hints_do_not_give_the_answer_away():
     assert "30" not in repr(check.nb02_last_step_three([32, 32, 32]))
     hint = repr(check.nb02_sample_weight(0.1))
     assert "1/4" not in hint and "0.25" not in hint
+
+
+@pytest.mark.parametrize("answer", ["48 samples per replica per step", "48 per replica per step", "48 per step",
+                                    "48 samples in one step", "48 samples", "48 per replica"])
+def test_nb02_per_replica_reads_the_question_s_own_words(answer):
+    """The question asks "how many samples does each replica get per step": its own words are an answer."""
+    assert check.nb02_per_replica(answer)
+    wrong = check.nb02_per_replica(answer.replace("48", "47"))
+    assert not wrong and repr(wrong).startswith("Not yet."), wrong
+    assert not check.nb02_per_replica("48 steps") and not check.nb02_per_replica("48 steps per replica")

@@ -60,7 +60,7 @@ def test_nb03_split_state_gb_right_in_any_form(answer):
     assert check.nb03_split_state_gb(answer)
 
 
-@pytest.mark.parametrize("answer", [25.8, 12.9, 6.44, 8591])
+@pytest.mark.parametrize("answer", [25.8, 12.9, 6.44, 12900])   # 8591 is 8.59 GB in MB: a unit slip
 def test_nb03_split_state_gb_wrong_value_hints_without_the_answer(answer):
     result = check.nb03_split_state_gb(answer)
     assert not result and repr(result).startswith("Not yet.") and "8.5" not in repr(result) and "8.6" not in repr(result)
@@ -231,3 +231,21 @@ def test_nb04_what_to_save_refuses_the_wrapper_named_second(answer):
 def test_nb04_what_to_save_refuses_both_negated():
     result = check.nb04_what_to_save("not the wrapper, not the template")
     assert not result and "negates it" in repr(result)
+
+
+@pytest.mark.parametrize("answer", ["split x4", "4-way split", "split on 4 devices", "data x2", "data on 2 devices"])
+def test_nb03_less_memory_refuses_a_count_the_question_does_not_compare(answer):
+    """The question compares data parallelism on 4 devices with a 2-way split: 'split x4' is not its split."""
+    result = check.nb03_less_memory(answer)
+    assert not result and "Not a form this check reads" in repr(result), result
+    assert "data parallelism on 4 devices with a 2-way split" in repr(result)
+    assert check.nb03_less_memory("split x2") and check.nb03_less_memory("split on 2 devices")
+
+
+def test_nb03_split_state_gb_names_megabytes_as_a_unit_slip():
+    """8590 (the right amount in MB) gets a unit hint, as 8.0 (GiB) and 8.59e9 (bytes) do, not a bare 'Not yet'."""
+    for slip, unit in ((8590, "MB"), (8.0, "GiB"), (8.59e9, "bytes")):
+        result = check.nb03_split_state_gb(slip)
+        assert not result and repr(result).startswith("Check the unit") and f"right amount in {unit}" in repr(result)
+    assert check.nb03_split_state_gb("8590 MB")
+    assert repr(check.nb03_split_state_gb(12900)).startswith("Not yet.")        # a wrong amount in MB stays wrong

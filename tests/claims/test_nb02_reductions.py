@@ -96,7 +96,8 @@ def test_record_reductions_tables_and_an_empty_log():
 def test_slowdown_band_names_each_band_and_refuses_what_is_no_ratio():
     assert slowdown_band(0.5) == "less time per sample than one"
     assert slowdown_band(1.0) == slowdown_band(1.49) == "about as long as one"
-    assert slowdown_band(1.5) == slowdown_band(6.7) == "several times as long as one"
+    assert slowdown_band(1.5) == slowdown_band(1.6) == slowdown_band(2.99) == "1.5 to 3 times as long as one"
+    assert slowdown_band(3) == slowdown_band(6.7) == "3 to 10 times as long as one"
     assert slowdown_band(10) == slowdown_band(15.5) == "more than ten times as long as one"
     for bad in (0, -1.0, float("nan"), float("inf"), True, "3"):
         with pytest.raises(ValueError, match="slowdown_band: ratio must be a positive finite number"):
@@ -107,7 +108,7 @@ def test_slowdown_band_names_each_band_and_refuses_what_is_no_ratio():
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) > 2, reason="the prose's band was measured on 2-core machines")
 @pytest.mark.parametrize("family", ["1", "0"], ids=["onednn", "eigen"])
 def test_four_simulated_replicas_take_several_times_as_long_per_sample(family):
-    """Notebook 02, section 5 (1): on 2 shared cores, 4 replicas at global batch 256 take several times to more
+    """Notebook 02, section 5 (1): on 2 shared cores, 4 replicas at global batch 256 take from 1.5 times to more
     than ten times as long per sample as one, never less."""
     out = last_json(run_python("""
         import json, gputrain_kit as kit
@@ -116,7 +117,8 @@ def test_four_simulated_replicas_take_several_times_as_long_per_sample(family):
         one, four = train_digits(1, 256, epochs=2), train_digits(4, 256, epochs=2)
         print(json.dumps(one.samples_per_s / four.samples_per_s))
     """, env={"TF_ENABLE_ONEDNN_OPTS": family}))
-    assert slowdown_band(out) in ("several times as long as one", "more than ten times as long as one"), out
+    assert out >= 1.5 and slowdown_band(out) in ("1.5 to 3 times as long as one", "3 to 10 times as long as one",
+                                                  "more than ten times as long as one"), out
 
 
 def test_notebook_02_dates_multi_gpu_model_as_tensorflow_did():
@@ -139,7 +141,8 @@ def test_notebook_02_prints_what_the_configured_op_sums_and_what_it_does_not():
     assert any("kit.training.record_reductions() as fit_log" in s for s in sources)
     assert any("kit.training.slowdown_band(ratio)" in s for s in sources)
     prose = " ".join(next(s for s in sources if s.startswith("On simulated devices, which share")).split())
-    assert "several times to more than ten times as long per sample as one" in prose
+    assert "from 1.5 times to more than ten times as long per sample as one" in prose
+    assert "several times" not in prose
     assert "up to 10 times" not in prose
 
 
@@ -159,7 +162,11 @@ DISPATCH = """
         def reduce(self, reduce_op, value, destinations, options=None):
             ran.append("configured")
 
+        def batch_reduce(self, reduce_op, pairs, options=None):
+            ran.append("configured")
+
     tf.distribute.ReductionToOneDevice.reduce = lambda self, *args, **kwargs: ran.append("ReductionToOneDevice")
+    tf.distribute.ReductionToOneDevice.batch_reduce = lambda self, *a, **k: ran.append("ReductionToOneDevice")
     s = tf.distribute.MirroredStrategy(kit.device_names(2), cross_device_ops=Configured())
     gpu = [f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in range(2)]
     options = tf.distribute.experimental.CommunicationOptions()
@@ -175,6 +182,13 @@ DISPATCH = """
         ran.clear()
         s.extended._reduce_to(tf.distribute.ReduceOp.SUM, value, to, options)
         out[name] = {"ran": list(ran), "devices match": cdo._devices_match(value, to)}
+    # an all-reduce (_batch_reduce_to: ReplicaContext.all_reduce, Keras's gradient sum) has no such rule
+    for name, destinations in [("all-reduce to GPU:0", gpu[0]),
+                               ("all-reduce to the host CPU", "/job:localhost/replica:0/task:0/device:CPU:0")]:
+        ran.clear()
+        s.extended._batch_reduce_to(tf.distribute.ReduceOp.SUM,
+                                    [(values_lib.PerReplica([OnDevice(d) for d in gpu]), destinations)], options)
+        out[name] = {"ran": list(ran)}
     print(json.dumps(out))
 """
 
@@ -191,14 +205,50 @@ def test_a_reduction_to_one_replicas_own_gpu_takes_reduction_to_one_device(famil
         assert out[name] == {"ran": ["ReductionToOneDevice"], "devices match": False}, (name, out)
     for name in ("2 replicas back to both", "1 replica to its own GPU"):
         assert out[name] == {"ran": ["configured"], "devices match": True}, (name, out)
+    # all-reduces skip the rule, to one GPU or to a CPU alike (_batch_reduce_to has no such check)
+    assert out["all-reduce to GPU:0"] == out["all-reduce to the host CPU"] == {"ran": ["configured"]}, out
 
 
 def test_notebook_02_states_the_set_rule_not_the_one_device_rule():
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     sources = [" ".join("".join(c["source"]).split()) for c in cells]
     bullet = next(s for s in sources if s.startswith("`reduction_in_use` names the op each strategy"))
-    assert "any reduction whose destinations are not exactly the replicas' devices, and any reduction to a CPU" in bullet
-    assert "every reduction to *one place* instead of back to every replica, even to a replica's own GPU" in bullet
+    # the rule is _reduce_to's (a reduce: strategy.reduce, reading a per-replica variable); all-reduces skip it
+    assert "any *reduce* to one place or to a CPU: the two you meet are `strategy.reduce(...)`" in bullet
+    assert "every reduce whose destinations are not exactly the replicas' devices takes it, even one to a " \
+           "replica's own GPU" in bullet
+    assert "*All-reduces*, whose sum goes back to every replica (`ReplicaContext.all_reduce`, and the gradients' " \
+           "sum in `fit`), skip this rule, on CPUs as well" in bullet
+    assert "any reduction of an int32 value, all-reduces included" in bullet
     assert "cannot show here" in bullet and "is not one of the replicas' own devices" not in bullet
+    assert "any reduction whose destinations are not exactly" not in bullet and "any reduction to a CPU" not in bullet
     summary = next(s for s in sources if "## Summary" in s)
-    assert "reductions to one place (the host CPU, or even one replica's own GPU) and int32 values" in summary
+    assert "The configured one runs the all-reduces of float values, the gradients' sum among them, even on CPUs; " \
+           "a reduce to one place (`strategy.reduce`, reading a per-replica variable" in summary
+    assert "reductions to one place (the host CPU" not in summary
+
+
+def test_notebook_02_gives_the_post_s_speed_result_for_its_models_only():
+    """The post's "more GPUs at the same global batch is not faster" rests on its MNIST MLP and small CIFAR-10
+    CNN; strong scaling (notebook 00) does speed up a step that keeps a GPU busy. Neither shows on simulated
+    devices, so the notebook says so instead of stating a rule."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    sources = [" ".join("".join(c["source"]).split()) for c in cells]
+    prose = " ".join(s for s, c in zip(sources, cells) if c["cell_type"] == "markdown")
+    assert "More devices at the same global batch is not faster" not in prose
+    summary = next(s for s in sources if "## Summary" in s)
+    assert "For the 2020 post's small models, more GPUs at the same global batch were not faster; splitting a " \
+           "fixed global batch pays once each device's share still keeps it busy (strong scaling)" in summary
+    section = next(s for s in sources if s.startswith("On simulated devices, which share"))
+    assert "[strong scaling](00_start_here.ipynb#strong-scaling)" in section and "(not measured here)" in section
+    assert "The post's three conclusions, translated, for its models (an MLP on MNIST, a small CNN on CIFAR-10)" \
+        in prose
+
+
+def test_notebook_02_long_training_cells_say_so_before_they_start():
+    """The 4-replica timing and the batch 32/512 comparison run for seconds: each prints what it trains first."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    for marker in ("speed[replicas] = r.samples_per_s", "for batch in (32, 512):"):
+        source = next("".join(c["source"]) for c in cells if marker in "".join(c["source"]))
+        first = source.splitlines()[0]
+        assert first.startswith("print(") and "(some seconds)..." in first, first

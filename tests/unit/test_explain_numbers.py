@@ -205,7 +205,8 @@ def test_fits_first_step_averages_the_replicas_first_batches(family):
                  "all 3 samples fill one step, split [1, 1, 1, 0]", "at least 4 samples at a global batch of 4")
     assert "4 or 8 instead of 3" not in text
     assert "_maybe_symbolic_build" in text and "average" in text and "trac" not in text
-    _ours(seven, "split [2, 2, 2, 1]", "first global batch of 7", "4 or 8 instead of 7", "pass plan=")
+    _ours(seven, "split [2, 2, 2, 1]", "first global batch of 7", "4 or 8 instead of 7",
+          "kit.explain(err, plan=kit.plan_batches(n_samples, global_batch, replicas))")
     # what the explanation says trains, trains: the same batches in a custom loop, an uneven later step in fit
     assert got["custom loop on the same batches"] is None and got["uneven later step in fit"] is None
 
