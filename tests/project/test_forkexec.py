@@ -62,7 +62,9 @@ def test_a_child_over_its_time_is_killed_and_the_server_goes_on():
                                   "import os; os.environ['TF_ENABLE_ONEDNN_OPTS'] = '0'",
                                   "import os; os.environ.update(A='1')",
                                   "import multiprocessing",
-                                  "import os; os.environ.setdefault('KERAS_BACKEND', 'jax')"])
+                                  "import os; os.environ.setdefault('KERAS_BACKEND', 'jax')",
+                                  "import gputrain_kit as kit; kit.setup(devices=8, backend='jax')",
+                                  "import jax; print(jax.devices())"])
 def test_code_the_import_would_mislead_runs_fresh(code):
     assert not can_fork(code, {})
 
