@@ -32,9 +32,9 @@ REASONS: dict[tuple[str, str], str] = {
         "every reduction recorded, then one traced step: which op ran each reduction shows only in a real fit",
     ("01", "if report.mode == \"gpu\":"): "a fresh process imports TensorFlow to show that an unsplit CPU is "
         "refused too",
-    ("02", "speed = {}"): "throughput of 2 epochs on 1 and on 4 replicas: the 2018 post's first "
+    ("02", "print(\"training the digits model on 1, then 4"): "throughput of 2 epochs on 1 and on 4 replicas: the 2018 post's first "
         "conclusion, measured",
-    ("02", "for batch in (32, 512):"): "5 epochs at batch 32 (225 steps) and at 512: the accuracy gap needs "
+    ("02", "print(\"training at global batch 32, then 512"): "5 epochs at batch 32 (225 steps) and at 512: the accuracy gap needs "
         "the same epochs for both",
     ("02", "callbacks = ["): "a two-output model with four callbacks (and a line per epoch) under 4 replicas; EarlyStopping ends it "
         "after 3 epochs, the fewest that show both ReduceLROnPlateau and EarlyStopping acting",
@@ -83,10 +83,10 @@ REASONS: dict[tuple[str, str], str] = {
     ("07", 'print("worker 1 dies after one all-reduce'): "2 workers, then worker 0 waits until TensorFlow's "
         "coordination service misses worker 1's heartbeats: that wait is the claim",
     ("07", "def interfaces():"): "2 workers in their private network namespace, listing their interfaces",
-    ("08", "measured = pending.result()"): "waits for the memory measurements started in section 1: each "
+    ("08", "print(\"collecting section 1"): "waits for the memory measurements started in section 1: each "
         "configuration's training steps measured in a process of its own, forked from one that imported "
         "TensorFlow once",
-    ("08", "precision = by_kernels.result()"): "waits for float32 and mixed_bfloat16 measured under each CPU "
+    ("08", "print(\"collecting the measurements under both kernel families"): "waits for float32 and mixed_bfloat16 measured under each CPU "
         "kernel family (the families one after another, each in processes of its own, which import TensorFlow: "
         "the family is fixed at import), 4 measured steps each",
 }
