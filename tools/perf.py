@@ -130,13 +130,15 @@ class TreeSampler:
     """Samples the memory of a process and its descendants (summed PSS) every ``interval`` s, and counts the
     process's direct children that imported TensorFlow (``tf_children``): each paid a TensorFlow import, one
     floor's worth, which the notebook's claim needed (a CPU kernel family, a crash kept apart). Children forked
-    from such a child share its import and are not counted."""
+    from such a child share its import and are not counted, nor are children the process had before sampling
+    began (a test's worker may hold a fork server, say)."""
 
     def __init__(self, pid: int, interval: float = 0.2):
         self.pid, self.interval = pid, interval
         self.peak = 0
         self.kernel_peak = 0
         self._tf_children: set[int] = set()
+        self._before: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -156,7 +158,8 @@ class TreeSampler:
                 total += _pss_or_rss(proc)
             try:
                 for child in root.children(recursive=False):
-                    if child.pid not in self._tf_children and imported_tensorflow(child.pid):
+                    if (child.pid not in self._tf_children and child.pid not in self._before
+                            and imported_tensorflow(child.pid)):
                         self._tf_children.add(child.pid)
             except psutil.Error:
                 pass
@@ -172,6 +175,11 @@ class TreeSampler:
         return len(self._tf_children)
 
     def __enter__(self) -> "TreeSampler":
+        import psutil
+        try:
+            self._before = {child.pid for child in psutil.Process(self.pid).children(recursive=False)}
+        except psutil.Error:
+            pass
         self._thread.start()
         return self
 

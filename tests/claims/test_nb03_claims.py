@@ -533,8 +533,9 @@ def test_micro_batches_shrink_the_idle_share_on_simulated_devices(family):
 @pytest.mark.parametrize("family", ["onednn", "eigen"])
 def test_cpu_convolution_workspaces_are_left_out_of_the_estimate(family):
     """Notebook 03 section 4: under Eigen, convolutions take working buffers of tens of MB that the estimate does
-    not count: some 15 MB beyond it for an 8x8 one-channel image through one Conv2D(8) at batch 64, some 65 MB for
-    a 16x16 RGB image through two Conv2D(16) + BatchNormalization at batch 32 (many times their few-MB estimates);
+    not count: some 15 MB beyond it for an 8x8 one-channel image through one Conv2D(8) at batch 64, some 30 or 65 MB
+    (from run to run of the same script: 31 and 65 MB both seen on one Zen 3 CPU) for a 16x16 RGB image through
+    two Conv2D(16) + BatchNormalization at batch 32 (many times their few-MB estimates);
     steps estimated at about 60 MB and more (a 28x28 one-channel Conv2D(32) at batch 128, 32x32 RGB through
     Conv2D(32) and Conv2D(64) at batch 64), and every one of them under oneDNN, stay near or below theirs."""
     proc = run_python("""
@@ -559,9 +560,9 @@ def test_cpu_convolution_workspaces_are_left_out_of_the_estimate(family):
     assert r["tiny"][1] < 2 and r["small"][1] < 10, r                   # estimated at a few MB
     assert r["digits"][1] > 55 and r["cnn"][1] > 55, r                  # estimated at about 60 MB and more
     if family == "eigen":
-        assert r["tiny"][2] > 10 and r["small"][2] > 10, r              # many times the estimate
+        assert r["tiny"][2] > 10 and r["small"][2] > 5, r               # many times the estimate
         assert 8 < r["tiny"][0] - r["tiny"][1] < 30, r                  # "some 15 MB beyond"
-        assert 45 < r["small"][0] - r["small"][1] < 90, r               # "some 65 MB"
+        assert 25 < r["small"][0] - r["small"][1] < 90, r               # "some 30 or 65 MB": 31 or 65 seen on one CPU
     else:
         assert r["tiny"][2] < 1.25 and r["small"][2] < 1.25, r
     assert 0.75 < r["digits"][2] < 1.25 and r["cnn"][2] < 1.25, r
@@ -569,6 +570,7 @@ def test_cpu_convolution_workspaces_are_left_out_of_the_estimate(family):
     assert "on a CPU, TensorFlow's portable Eigen convolutions, the kernels of `TF_ENABLE_ONEDNN_OPTS=0`, take " \
            "working buffers of tens of MB" in prose
     assert "some 15 MB beyond the estimate for an 8x8 one-channel image through one `Conv2D(8)` at batch 64, some " \
-           "65 MB for a 16x16 RGB image through two `Conv2D(16)` with BatchNormalization at batch 32" in prose
+           "30 or 65 MB (it changes from run to run) for a 16x16 RGB image through two `Conv2D(16)` with " \
+           "BatchNormalization at batch 32" in prose
     assert "steps estimated at about 60 MB and more, and every step under oneDNN's kernels, stay near or below" \
         in prose
