@@ -70,12 +70,8 @@ def _child(request: dict, out_fd: int, sock: socket.socket) -> None:
         except BaseException:
             pass
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:
-                pass
-        os._exit(code if isinstance(code, int) else 1)
+        from ._children.lifecycle import end_child
+        end_child(code)
 
 
 def _send(sock: socket.socket, message: dict) -> None:

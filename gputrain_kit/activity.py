@@ -203,7 +203,9 @@ class DeviceActivity:
         one-off ops (each over a tenth of the window and 20 times the median op: kernels run for the first time,
         first allocations). A cut never leaves out all of a device's forward or backward ops: on simulated devices
         sharing cores one replica often waits for another within a step, and that wait is part of the step, not
-        set-up before it. The third value says whether anything was left out."""
+        set-up before it. Nor does it leave out more than the first of the function's steps (counted by the node
+        names that ran as often as most did: once a step): a pause late in a run, a busy machine's, is shown, not
+        cut with every step before it. The third value says whether anything was left out."""
         lo, hi = self.main_window()
         main_ops = self._main_ops()
         if main_ops is None or hi <= lo:
@@ -213,23 +215,31 @@ class DeviceActivity:
                      if (s, e) in spans_of and op_kind(op) in ("forward", "backward")]
         everyone = {(d, kind) for d, kind, _ in computing}
 
-        def keeps_every_device(cut: float) -> bool:
-            return {(d, kind) for d, kind, s in computing if s >= cut} >= everyone
+        starts: dict[str, list[float]] = {}          # each node's start times: one a step for most nodes
+        for _, s, e, op in self.intervals:
+            if (s, e) in spans_of:
+                starts.setdefault(op, []).append(s)
+        counts = [len(v) for v in starts.values()]
+        steps = max(set(counts), key=lambda n: (counts.count(n), n))
+        markers = [v for v in starts.values() if len(v) == steps]
+
+        def may_cut(cut: float) -> bool:
+            return ({(d, kind) for d, kind, s in computing if s >= cut} >= everyone
+                    and all(sum(s >= cut for s in v) >= steps - 1 for v in markers))   # at most the first step cut
 
         start = lo
         for _ in range(4):                 # a pause, a one-off op, a pause again: until nothing changes
             before = start
             spans = merge((max(s, start), e) for s, e in main_ops if e > start)
-            gaps = [(spans[i + 1][0] - spans[i][1], i) for i in range(len(spans) - 1)]
-            if gaps:
-                gap, i = max(gaps)
-                if gap > 0.4 * (hi - start) and keeps_every_device(spans[i + 1][0]):
-                    start = spans[i + 1][0]
+            long = [i for i in range(len(spans) - 1) if spans[i + 1][0] - spans[i][1] > 0.4 * (hi - start)]
+            allowed = [i for i in long if may_cut(spans[i + 1][0])]          # at most two pauses are that long
+            if allowed:
+                start = spans[max(allowed, key=lambda i: spans[i + 1][0] - spans[i][1]) + 1][0]
             ops = sorted(e - s for s, e in main_ops if s >= start)
             if ops:
                 median = ops[len(ops) // 2]
                 one_off = [e for s, e in main_ops if s >= start and e - s > max(20 * median, 0.1 * (hi - start))]
-                if one_off and hi - max(one_off) > 0.3 * (hi - start) and keeps_every_device(max(one_off)):
+                if one_off and hi - max(one_off) > 0.3 * (hi - start) and may_cut(max(one_off)):
                     start = max(one_off)
             if start == before:
                 break

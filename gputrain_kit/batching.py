@@ -2,21 +2,30 @@
 
 Two input paths, two rules (``via=``):
 
-- ``"dataset"``: ``strategy.experimental_distribute_dataset`` and Keras ``fit`` (which uses it) cut every
-  global batch of ``b`` samples into per-replica pieces of ``ceil(b / replicas)``, filled in replica order.
-  A replica gets **zero** samples whenever ceil(b / r) x (r - 1) >= b for r replicas (the split of TensorFlow's
-  legacy rebatching, ``tensorflow/python/data/experimental/ops/distribute.py``: 4 samples on 3 replicas ->
-  [2, 2, 0]). For a short last batch that is one step per epoch, which ``drop_remainder=True`` removes
-  (b=6 over 4 replicas -> [2, 2, 2, 0]); for a global batch of 5, 6 or 9 over 4 replicas it is every step,
-  ``drop_remainder`` or not ([2, 2, 1, 0], [2, 2, 2, 0], [3, 3, 3, 0]). This is the split under tf.data's
-  default auto-shard policy (AUTO; DATA splits alike); a dataset with ``auto_shard_policy=OFF`` gets the
-  balanced split of ``batch_sizes_for_worker`` instead (5 over 4 -> [2, 1, 1, 1]), which this module does not
-  plan.
+- ``"dataset"``: ``strategy.experimental_distribute_dataset`` and Keras ``fit`` (which uses it). How it cuts a
+  global batch of ``b`` samples depends on tf.data's auto-shard policy (``shard_policy=``,
+  ``tf.data.Options().experimental_distribute.auto_shard_policy``; on one machine):
+
+  * ``"auto"`` (tf.data's default) on in-memory data (NumPy arrays, ``from_tensor_slices``, ``range``), and
+    ``"data"`` (which Keras sets for NumPy arrays): tf.data's auto-shard rewrite shards by data and replaces the
+    balanced rebatching with TensorFlow's legacy one (``RewriteRebatchV2ToV1`` in its ``auto_shard.cc``; the
+    docstring of ``_AutoShardDataset`` in ``tensorflow/python/data/experimental/ops/distribute.py``), which
+    gives each replica in turn ``ceil(b / replicas)``. A replica gets **zero** samples whenever
+    ceil(b / r) x (r - 1) >= b for r replicas (4 samples on 3 replicas -> [2, 2, 0]). For a short last batch
+    that is one step per epoch, which ``drop_remainder=True`` removes (b=6 over 4 replicas -> [2, 2, 2, 0]);
+    for a global batch of 5, 6 or 9 over 4 replicas it is every step, ``drop_remainder`` or not
+    ([2, 2, 1, 0], [2, 2, 2, 0], [3, 3, 3, 0]).
+  * ``"off"``, ``"file"`` (skipped on one machine) and ``"hint"``, and ``"auto"`` on a pipeline that reads files
+    (AUTO shards it by file): the balanced split of ``batch_sizes_for_worker`` (sizes that differ by at most one,
+    the larger first: 5 over 4 -> [2, 1, 1, 1], 6 -> [2, 2, 1, 1]), so a full global batch of at least r samples
+    leaves no replica empty; a short last batch fills those sizes in replica order, so it can leave several
+    replicas empty: 4 samples of a global batch of 6 -> [2, 2, 0, 0], 6 of 64 -> [6, 0, 0, 0].
 - ``"function"``: ``strategy.distribute_datasets_from_function`` with the usual recipe (each pipeline
   batches by ``input_context.get_per_replica_batch_size(global_batch)``) hands out whole per-replica
   batches, one per replica in order. The last step gets the remaining batches: 1030 samples, global 64,
   4 replicas -> [6, 0, 0, 0]; and even with no partial batch, 1040 -> [16, 0, 0, 0]. With
-  ``drop_remainder=True`` on the per-replica batch, tf.distribute drops a last step it cannot fill.
+  ``drop_remainder=True`` on the per-replica batch, tf.distribute drops a last step it cannot fill. No
+  rebatching, so the auto-shard policy does not change the split.
 
 Empty pieces are what poison or crash BatchNormalization in notebook 05.
 """
@@ -24,28 +33,64 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ._args import require_bool, require_choice, require_int
+from ._args import require_bool, require_choice, require_int, short
 
-__all__ = ["plan_batches", "split_batch", "VIAS", "ArgumentOrderWarning"]
+__all__ = ["plan_batches", "split_batch", "VIAS", "SHARD_POLICIES", "ArgumentOrderWarning"]
 
 
 class ArgumentOrderWarning(UserWarning):
     """A batch plan whose arguments look swapped: a global batch below the replica count or above the data."""
 
 VIAS = ("dataset", "function")
+#: tf.data's auto-shard policies, as ``plan_batches(shard_policy=...)`` names them (AutoShardPolicy's names).
+SHARD_POLICIES = ("auto", "data", "off", "file", "hint")
+_BALANCED = ("off", "file", "hint")     # the policies that keep tf.distribute's balanced rebatching
 
 
-def split_batch(batch: int, replicas: int) -> list[int]:
-    """Per-replica sizes for one global batch of ``batch`` samples over ``replicas``: ceil(batch / replicas) each, in
-    replica order, so the last replica gets none whenever ceil(batch / replicas) x (replicas - 1) >= batch.
+def split_batch(batch: int, replicas: int, shard_policy: Any = "auto") -> list[int]:
+    """Per-replica sizes for one global batch of ``batch`` samples over ``replicas``. Under the auto-shard policies
+    "auto" (in-memory data) and "data": ceil(batch / replicas) each, in replica order, so the last replica gets
+    none whenever ceil(batch / replicas) x (replicas - 1) >= batch; under "off", "file" and "hint": sizes that
+    differ by at most one, the larger first.
 
     >>> split_batch(6, 4), split_batch(5, 4), split_batch(9, 4)
     ([2, 2, 2, 0], [2, 2, 1, 0], [3, 3, 3, 0])
+    >>> split_batch(6, 4, shard_policy="off")
+    [2, 2, 1, 1]
     """
     batch = require_int("split_batch", "batch", batch, minimum=0)
     replicas = require_int("split_batch", "replicas", replicas, minimum=1)
+    if shard_rule("split_batch", shard_policy) == "balanced":
+        return _fill(batch, _balanced(batch, replicas))
     per_replica = -(-batch // replicas)  # ceil
     return [max(0, min(per_replica, batch - i * per_replica)) for i in range(replicas)]
+
+
+def shard_rule(func: str, shard_policy: Any) -> str:
+    """"legacy" or "balanced": which rebatching tf.distribute keeps under ``shard_policy`` (one of SHARD_POLICIES,
+    any case, or a ``tf.data.experimental.AutoShardPolicy`` member)."""
+    name = getattr(shard_policy, "name", shard_policy)
+    if isinstance(name, str) and name.lower() in SHARD_POLICIES:
+        return "balanced" if name.lower() in _BALANCED else "legacy"
+    raise ValueError(f"{func}: shard_policy must be one of {', '.join(map(repr, SHARD_POLICIES))} (tf.data's "
+                     f"AutoShardPolicy, as your dataset's options.experimental_distribute.auto_shard_policy sets "
+                     f"it), got {short(shard_policy)}. Fix: shard_policy=\"auto\" for tf.data's default, "
+                     "shard_policy=\"off\" for a dataset with AutoShardPolicy.OFF.")
+
+
+def _balanced(batch: int, replicas: int) -> list[int]:
+    """``batch_sizes_for_worker`` on one machine: sizes that differ by at most one, the larger first."""
+    base, extra = divmod(batch, replicas)
+    return [base + 1] * extra + [base] * (replicas - extra)
+
+
+def _fill(samples: int, sizes: list[int]) -> list[int]:
+    """``samples`` poured into pieces of at most ``sizes``, in replica order (the rebatching of a short batch)."""
+    pieces = []
+    for size in sizes:
+        pieces.append(min(size, samples))
+        samples -= pieces[-1]
+    return pieces
 
 
 def input_path(func: str, via: Any) -> str:
@@ -95,8 +140,8 @@ def require_divisible(func: str, global_batch: int, replicas: int) -> None:
             f"Use a global batch that is a multiple of {replicas}, e.g. {global_batch - global_batch % replicas or replicas}.")
 
 
-def plan_batches(n_samples: int, global_batch: int, replicas: int,
-                 drop_remainder: bool = False, *, via: str = "dataset", _caller: str = "") -> list[list[int]]:
+def plan_batches(n_samples: int, global_batch: int, replicas: int, drop_remainder: bool = False, *,
+                 via: str = "dataset", shard_policy: Any = "auto", _caller: str = "") -> list[list[int]]:
     """Per-replica batch sizes for every step of one epoch, as tf.distribute splits them.
 
     ``via="dataset"`` (default; ``"fit"`` says the same): ``experimental_distribute_dataset`` and Keras ``fit``; ``drop_remainder``
@@ -104,26 +149,33 @@ def plan_batches(n_samples: int, global_batch: int, replicas: int,
     dataset batched per replica (``drop_remainder`` is then the per-replica batch's); the global batch must
     divide by the replicas, as ``get_per_replica_batch_size`` demands.
 
+    ``shard_policy``: your dataset's auto-shard policy (SHARD_POLICIES; ``via="dataset"`` only): "auto"
+    (tf.data's default; Keras sets "data" for NumPy arrays, which splits alike) plans the split of in-memory
+    data; "off" (and "file", "hint", or "auto" on a pipeline that reads files) the balanced one.
+
     >>> plan_batches(1030, 64, 4)[-1]
     [2, 2, 2, 0]
     >>> plan_batches(1030, 64, 4, via="function")[-1]
     [6, 0, 0, 0]
     >>> len(plan_batches(1030, 64, 4)), len(plan_batches(1030, 64, 4, drop_remainder=True))
     (17, 16)
+    >>> plan_batches(1030, 64, 4, shard_policy="off")[-1]
+    [6, 0, 0, 0]
     """
     func = _caller or "plan_batches"
     n_samples, global_batch = plan_arguments(func, n_samples, global_batch)
     replicas = require_int(func, "replicas", replicas, minimum=1)
     drop_remainder = require_bool(func, "drop_remainder", drop_remainder)
     via = input_path(func, via)
+    rule = shard_rule(func, shard_policy)
     warn_if_swapped(func, n_samples, global_batch, replicas, stacklevel=3 if not _caller else 4)
     if via == "function":
         return _plan_per_replica_batches(n_samples, global_batch, replicas, drop_remainder, func)
     full, rest = divmod(n_samples, global_batch)
-    whole = split_batch(global_batch, replicas)             # every full step splits alike: split once
-    plan = [whole[:] for _ in range(full)]
-    if rest and not drop_remainder:
-        plan.append(split_batch(rest, replicas))
+    sizes = _balanced(global_batch, replicas) if rule == "balanced" else split_batch(global_batch, replicas)
+    plan = [sizes[:] for _ in range(full)]                  # every full step splits alike
+    if rest and not drop_remainder:     # legacy: ceil(rest / replicas) each; balanced: rest poured into the sizes
+        plan.append(_fill(rest, sizes) if rule == "balanced" else split_batch(rest, replicas))
     return plan
 
 

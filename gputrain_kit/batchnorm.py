@@ -9,7 +9,12 @@ Each case trains a small model for two epochs under ``MirroredStrategy`` over 4 
 global batch 64: without ``drop_remainder`` the last step is split [2, 2, 2, 0] and replica 3 gets nothing.
 The outcome is one of
 
-- ``"silent NaN"``: training ends with a finite loss, but some replica's copy of a variable is NaN;
+- ``"silent NaN"``: training ends with a finite loss, but some replica's copy of a variable is NaN: only copies
+  that neither a saved file (replica 0's) nor a training step (the trainable ones) reads, so nothing shows it
+  outside inference under the strategy;
+- ``"NaN weights"``: training ends with a finite loss, but NaN reached replica 0's copy (which a saved file keeps)
+  or a trainable variable (which the next step computes with): the empty step was the last one trained
+  (``epochs=1``, or your own model), so no loss has read the NaN yet; it is not silent;
 - ``"loud NaN"``: the loss becomes NaN (``TerminateOnNaN`` stops training);
 - ``"crash"``: ``fit`` raises (the error text a user sees is kept);
 - ``"healthy"``: every copy finite (``spread`` says how far the replicas' copies drifted apart).
@@ -62,7 +67,7 @@ def bn_model(kind: str, bn: str, *, classes: int = 4, features: int = 16) -> Any
 
 
 BATCHINGS = ("last step empty", "drop_remainder")
-OUTCOMES = ("silent NaN", "loud NaN", "crash", "healthy")
+OUTCOMES = ("silent NaN", "NaN weights", "loud NaN", "crash", "healthy")
 #: The cases notebook 05 shows, each under both CPU kernel families: the Dense trap (scale=False: silent; the
 #: default scale=True: loud), the conv net with the empty last step without BN, with the default BN and
 #: synchronized (where the kernel families disagree), and the fix that holds under every family, fixed-size
@@ -180,10 +185,17 @@ def _classify(raw: dict[str, Any], kernels: str = "") -> CaseResult:
         detail = (f"loss NaN in epoch {epoch}, TerminateOnNaN stops; NaN in {', '.join(raw['poisoned'])} "
                   f"({raw['nan_copies']} copies), {raw['nan_rows']} of {rows} rows NaN")
     elif raw["nan_copies"]:
-        outcome = "silent NaN"
         replicas = ", ".join(map(str, raw["poisoned_replicas"]))
         detail = (f"loss finite; NaN in {', '.join(raw['poisoned'])} on replica {replicas}, "
                   f"{raw['nan_rows']} of {rows} rows NaN")
+        outcome, seen = "silent NaN", raw.get("seen", {})
+        if seen.get("replica_0") or seen.get("trainable"):    # a saved file or the next step reads the NaN
+            outcome = "NaN weights"
+            detail += " | the empty step was the last one trained" + "".join(
+                [f"; replica 0's copy of {', '.join(seen['replica_0'])} is NaN: a saved file keeps it"
+                 if seen.get("replica_0") else "",
+                 f"; trainable {', '.join(seen['trainable'])} NaN: the next step computes with it"
+                 if seen.get("trainable") else ""])
     else:
         outcome = "healthy"
         detail = f"all copies finite; replicas drift apart by {raw['spread']:.2f}" if raw["spread"] > 1e-6 \
@@ -229,8 +241,15 @@ def _check(func: str, cases: Iterable[Any] | None, epochs: Any, processes: Any, 
             checked.append((require_choice(func, "model", model, MODELS),
                             require_choice(func, "bn", bn, BN_SETTINGS),
                             require_choice(func, "batching", batching, BATCHINGS)))
-    return (checked, require_int(func, "epochs", epochs, minimum=1),
-            require_int(func, "processes", processes, minimum=1), kernels)
+    epochs = require_int(func, "epochs", epochs, minimum=1)
+    if epochs < 2 and any(case[2] == "last step empty" for case in checked):
+        import warnings
+
+        warnings.warn(f"{func}: epochs=1 ends with the empty step, so no loss reads the NaN it writes: a case that "
+                      "would turn loud at the next step reads 'NaN weights' (finite loss, NaN in replica 0's or "
+                      "trainable copies) instead. Fix: epochs=2 (the default) to see the next step.", UserWarning,
+                      stacklevel=3)
+    return checked, epochs, require_int(func, "processes", processes, minimum=1), kernels
 
 
 def run_cases(cases: Iterable[Any] | None = None, *, epochs: int = 2, processes: int = 2,

@@ -60,8 +60,10 @@ _ENTRIES = (
         "empty-replica-conv",
         "A replica got an empty batch (0 samples), and a layer after a Conv2D met a tensor of the wrong shape "
         "on it.",
-        "tf.distribute gives each replica ceil(b / replicas) of a global batch of b, in replica order, so a "
-        "short last batch can leave the last replicas empty. " + _ONEDNN_CONV + ", and the next operation that "
+        "Under tf.data's default auto-shard policy (AUTO on in-memory data, or DATA, which Keras sets for NumPy "
+        "arrays) tf.distribute gives each replica ceil(b / replicas) of a global batch of b, in replica order; "
+        "with AutoShardPolicy.OFF it pours a short last batch into the full batch's even shares, in replica order. "
+        "Either way a short last batch can leave the last replicas empty. " + _ONEDNN_CONV + ", and the next operation that "
         "needs the filters' count fails (BatchNormalization, its all-reduce, or the Dense layer after pooling). "
         "Its portable Eigen kernels, and the GPU of the kit's record, give the right shape and train on (into NaN "
         "where a BatchNormalization that is not synchronized averages 0 samples).",

@@ -263,6 +263,10 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
       variable's layout, so slots are never cut apart from their parameters), and its step holds full-size
       gradients, which no stage here counts: notebook 09 measured twice their size on every device.
 
+    ``strategy="data"`` with a step (``batch_size / accumulation_steps``) the devices do not share evenly warns, as
+    ``check_batch_plan`` does: UnevenBatchWarning (33 on 4 devices splits [9, 8, 8, 8], which Keras 3's ``fit``
+    refuses at its first step), EmptyReplicaWarning where some device gets no sample (3 on 4: [1, 1, 1, 0]).
+
     An estimate, not a lower or upper bound: see the module's docstring for what it leaves out.
     """
     func = "estimate_memory"
@@ -346,15 +350,24 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
         from .batching import empty_step_fixes, split_batch
 
         split = split_batch(per_step_batch, devices) if strategy == "data" else []
-        if 0 in split:      # tf.distribute gives each replica ceil(batch / devices) in order: 6 on 4 is [2, 2, 2, 0]
+        if len(set(split)) > 1:     # each replica gets ceil(batch / devices) in order: 6 on 4 is [2, 2, 2, 0]
             import warnings
 
-            warnings.warn(f"{func}: a step of {per_step_batch} sample(s) on devices={devices} leaves {split.count(0)} "
-                          f"replica(s) with no sample in every step (split {split}): Keras 3's fit refuses such a "
-                          "first step (notebook 02), a custom loop runs it and BatchNormalization's statistics turn "
-                          "NaN there (notebook 05). Use "
-                          + ", or ".join(empty_step_fixes(batch_size, devices, accumulation_steps)) + ".",
-                          UserWarning, stacklevel=2)
+            from .replicas import EmptyReplicaWarning, UnevenBatchWarning
+
+            fixes = "Use " + ", or ".join(empty_step_fixes(batch_size, devices, accumulation_steps)) + "."
+            if 0 in split:
+                warnings.warn(f"{func}: a step of {per_step_batch} sample(s) on devices={devices} leaves "
+                              f"{split.count(0)} replica(s) with no sample in every step (split {split}): Keras 3's "
+                              "fit refuses such a first step (notebook 02), a custom loop runs it and "
+                              f"BatchNormalization's statistics turn NaN there (notebook 05). {fixes}",
+                              EmptyReplicaWarning, stacklevel=2)
+            else:           # as check_batch_plan warns: fit averages the first batches, which needs equal sizes
+                warnings.warn(f"{func}: a step of {per_step_batch} samples on devices={devices} splits unevenly "
+                              f"(split {split}): Keras 3's fit refuses such a first step (InvalidArgumentError: "
+                              "Inputs to operation AddN ... must have the same size and shape; notebook 02, section "
+                              "5). The estimate gives every device the larger share. " + fixes,
+                              UnevenBatchWarning, stacklevel=2)
         per_device = [usage(stats, s) for s in shares]
     levers = []
     if dtype_policy != "float32":
@@ -463,4 +476,5 @@ def memory_verdict(estimate: Any, capacity_gb: float) -> str:
     return (f"fullest device needs {human_bytes(estimate.peak)} of a {capacity_gb:g} GB card: {fits}; {what}."
             + (f" Approximated: {rough[0]}: measure it (kit.measure_memory)." if rough else "")
             + (f" Lever: flash attention ({flash[0].split(' of ')[0].replace('attention keeps ', '')} of attention "
-               "probabilities it never keeps)." if flash and estimate.peak > TIGHT_SHARE * capacity_gb * 1e9 else ""))
+               "probabilities it never keeps; JAX or PyTorch on a GPU, Keras on TensorFlow has none)."
+               if flash and estimate.peak > TIGHT_SHARE * capacity_gb * 1e9 else ""))

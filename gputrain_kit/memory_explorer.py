@@ -371,8 +371,12 @@ class MemoryExplorer:
                         devices=devices, optimizer=self.optimizer.value, dtype_policy=self.precision.value,
                         remat=bool(self.remat.value), accumulation_steps=int(self.accumulation.value),
                         zero_stage=int(self.zero_stage.value) if self.strategy.value == "data" else 0)
-                # a replica with no sample is said by _notes in the controls' words; any other warning as it is
-                warned = [str(w.message) for w in caught if "no sample" not in str(w.message)]
+                # an uneven split or a replica with no sample is said by _notes in the controls' words; any other
+                # warning as it is
+                from .replicas import EmptyReplicaWarning, UnevenBatchWarning
+
+                warned = [str(w.message) for w in caught
+                          if not issubclass(w.category, (EmptyReplicaWarning, UnevenBatchWarning))]
             except ValueError as err:                 # a refusal the controls do not foresee: the estimate's words
                 refused = str(err)
         if refused is not None:

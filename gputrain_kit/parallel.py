@@ -90,10 +90,20 @@ def reduction_in_use(strategy: Any) -> str:
     (``mirrored_strategy.py``: ``_reduce_to``, ``_get_cross_device_ops``); ``kit.training.record_reductions()``
     shows which op ran each reduction.
 
+    A strategy with one replica (the default strategy that ``model.distribute_strategy`` returns outside any
+    scope, ``OneDeviceStrategy``) has nothing to reduce across devices, and is answered so.
+
     Reads private attributes of TensorFlow's strategy, only to show its choice.
     """
     extended = getattr(strategy, "extended", None)
+    replicas = getattr(strategy, "num_replicas_in_sync", None)
+    if extended is None or not isinstance(replicas, int):
+        raise ValueError(f"reduction_in_use: strategy must be a tf.distribute strategy, got "
+                         f"{type(strategy).__name__}. Fix: pass the strategy itself, e.g. "
+                         f"reduction_in_use(model.distribute_strategy) or the MirroredStrategy you built.")
     ops = getattr(extended, "_cross_device_ops", None)
+    if ops is None and replicas == 1:
+        return f"no cross-device reduction: one replica ({type(strategy).__name__})"
     if ops is None:
         return "unknown (this TensorFlow keeps its choice elsewhere)"
     name = type(ops).__name__

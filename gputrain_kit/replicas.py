@@ -216,7 +216,8 @@ def _few_samples_fix(n_samples: int, global_batch: int, replicas: int) -> str:
             + ", with drop_remainder=True.")
 
 
-def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int, n_samples: int | None = None) -> str:
+def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int, n_samples: int | None = None,
+                       shard_policy: Any = "auto") -> str:
     """For the ``"dataset"`` path (``fit``, ``experimental_distribute_dataset``): what ``fit`` does with a plan whose
     first step splits unevenly (it refuses it at that step, notebook 02) and what a custom loop meets instead;
     "" when the first step splits evenly. An empty replica in a first step makes it uneven too, so a global batch
@@ -232,7 +233,7 @@ def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int, 
     below = global_batch - global_batch % replicas
     fitting = [c for c in ((below, below + replicas) if below else (replicas, 2 * replicas)) if c <= n_samples]
     choices = " or ".join(map(str, fitting))
-    every = [i for i, size in enumerate(split_batch(global_batch, replicas)) if size == 0]
+    every = [i for i, size in enumerate(split_batch(global_batch, replicas, shard_policy)) if size == 0]
     full_steps = sum(1 for sizes in plan if sum(sizes) == global_batch)
     empty = empty_slots(plan)
     loop = "A custom loop (strategy.run over experimental_distribute_dataset) accepts it"
@@ -260,18 +261,21 @@ def first_step_verdict(plan: list[list[int]], global_batch: int, replicas: int, 
 
 
 def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_remainder: bool = False,
-                     *, via: str = "dataset") -> list[list[int]]:
+                     *, via: str = "dataset", shard_policy: Any = "auto") -> list[list[int]]:
     """Warn before training when ``fit``'s first step would split unevenly, which Keras 3's ``fit`` refuses at that
     step (UnevenBatchWarning; EmptyReplicaWarning when some step also leaves a replica empty, as a custom loop
     would meet it), and (EmptyReplicaWarning) when some later step leaves a replica with no data.
 
     ``via`` is the input path, as in ``plan_batches``: ``"dataset"`` for ``fit`` and
     ``experimental_distribute_dataset``, ``"function"`` for ``distribute_datasets_from_function``.
+    ``shard_policy``: your dataset's auto-shard policy, as in ``plan_batches`` (default "auto": in-memory data;
+    "off" splits every batch evenly, and can then leave replicas empty where "auto" does not).
     Returns the plan.
     """
     via = input_path("check_batch_plan", via)
-    plan = plan_batches(n_samples, global_batch, replicas, drop_remainder, via=via, _caller="check_batch_plan")
-    refused = first_step_verdict(plan, global_batch, replicas, n_samples) if via == "dataset" else ""
+    plan = plan_batches(n_samples, global_batch, replicas, drop_remainder, via=via, shard_policy=shard_policy,
+                        _caller="check_batch_plan")
+    refused = first_step_verdict(plan, global_batch, replicas, n_samples, shard_policy) if via == "dataset" else ""
     if refused:                          # fit stops at step 1, whatever the later steps hold
         warnings.warn(refused, EmptyReplicaWarning if empty_slots(plan) else UnevenBatchWarning, stacklevel=2)
     elif not plan:                         # drop_remainder on fewer samples than one batch: nothing trains at all

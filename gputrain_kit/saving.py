@@ -1,8 +1,9 @@
 """Saving that is never half-written, and loading that never silently loads nothing, or only part.
 
 ``save_verified`` writes to a temporary file in the destination folder (which must exist), checks the file by
-loading it back (the weights and the optimizer's variables), and only then renames it into place (an atomic
-rename on POSIX): a crash at any moment leaves the previous file intact. ``load_verified`` turns Keras's silent
+loading it back (the weights and the optimizer's variables; for a .keras file also that ``keras.saving.load_model``
+rebuilds the model from it, ``saving_loadable``), and only then renames it into place (an atomic rename on POSIX):
+a crash at any moment leaves the previous file intact. ``load_verified`` turns Keras's silent
 or warning-only partial loads into one clear error that names what was not loaded (or what the file holds and
 the model lacks), restores the optimizer's state along with the weights, and on refusal leaves every variable
 of the model as it was.
@@ -20,10 +21,11 @@ from typing import Any
 
 from ._args import ArgumentTypeError, require_bool, short, typed
 from .errors import shorten_message
+from .saving_loadable import UnloadableModelWarning, load_model_problem
 from .weights_file import _OPTIMIZER, _groups, _Layout, _model_layout, _reshaped, _weights_file  # noqa: F401
 
 __all__ = ["save_verified", "load_verified", "LoadError", "SaveError", "NonFiniteError", "NonFiniteWarning",
-           "OptimizerStateWarning"]
+           "OptimizerStateWarning", "UnloadableModelWarning"]
 
 _SUFFIXES = (".weights.h5", ".keras")
 _SENTINEL = 7.7e-37  # written into every variable before a load: whatever still holds it was not loaded
@@ -253,6 +255,13 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
     uncompiled model holds the weights only. The model ends exactly as it started either way, every replica's
     copy included (a distributed model's replicas are restored one by one, never synced to replica 0).
 
+    A .keras file is also loaded once with ``keras.saving.load_model`` (on the CPU, in safe mode; no random state
+    or layer-name counter moves), after checking that every class its configuration names is built into Keras or
+    registered (or in a ``keras.saving.custom_object_scope`` around the call). Where it would not load (an
+    unregistered subclass of ``keras.Model``, a ``get_config`` that misses an argument, a ``Lambda`` layer), the file
+    is still written, for ``load_verified`` into a model built in code, and an UnloadableModelWarning names the
+    class and the fix. That load costs about one load of the file more.
+
     A model holding NaN/inf in any replica's copy of any weight is refused (NonFiniteError, nothing
     written): such a file loads without complaint, and predicts NaN or hides the replicas' NaN (it keeps replica
     0's copy). ``allow_nonfinite=True`` saves it
@@ -296,6 +305,7 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
             raise SaveError(f"save_verified: {tmp.name} did not read back identically "
                             f"({len(missing)} variable(s) missing, {len(changed)} different: "
                             f"{', '.join((missing + changed)[:5])}); {path.name} was left untouched.")
+        unloadable = load_model_problem(tmp) if suffix == ".keras" else None
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -303,6 +313,10 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
         _restore(variables, before)
         tmp.unlink(missing_ok=True)
         raise
+    if unloadable:
+        warnings.warn(f"save_verified: {path.name} was written and its weights read back, but {unloadable}. Its "
+                      "weights load into a model built in code: kit.load_verified(model, path).",
+                      UnloadableModelWarning, stacklevel=2)
     return path
 
 

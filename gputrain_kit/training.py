@@ -176,19 +176,21 @@ def train_digits(replicas: int, global_batch: int, *, epochs: int = 3, learning_
 
 
 def distributed_split(strategy: Any, n_samples: int, global_batch: int, drop_remainder: bool = False,
-                      *, via: str = "dataset") -> list[list[int]]:
+                      *, via: str = "dataset", shard_policy: Any = "auto") -> list[list[int]]:
     """What tf.distribute really delivers: per-replica sizes of every step.
 
     ``via="dataset"``: ``strategy.experimental_distribute_dataset`` of a globally batched dataset (as ``fit``).
     ``via="function"``: ``strategy.distribute_datasets_from_function`` with each pipeline sharded by the
     input context and batched by ``get_per_replica_batch_size(global_batch)``.
+    ``shard_policy``: the dataset's ``auto_shard_policy`` (``batching.SHARD_POLICIES``, as ``plan_batches`` takes
+    it; "auto", tf.data's default, leaves the dataset's options as they are), set on the dataset of either path.
 
     The arguments are checked as ``plan_batches`` checks them, before TensorFlow is touched, and arguments that
     look swapped (a global batch above the data, or below the strategy's replica count) warn
     ``ArgumentOrderWarning`` as there.
     """
     from ._args import ArgumentTypeError, require_bool, typed
-    from .batching import input_path, plan_arguments, require_divisible, warn_if_swapped
+    from .batching import input_path, plan_arguments, require_divisible, shard_rule, warn_if_swapped
 
     func = "distributed_split"
     replicas = getattr(strategy, "num_replicas_in_sync", None)
@@ -200,22 +202,31 @@ def distributed_split(strategy: Any, n_samples: int, global_batch: int, drop_rem
     n_samples, global_batch = plan_arguments(func, n_samples, global_batch)
     drop_remainder = require_bool(func, "drop_remainder", drop_remainder)
     via = input_path(func, via)
+    shard_rule(func, shard_policy)                      # checked before TensorFlow is touched
+    policy = str(getattr(shard_policy, "name", shard_policy)).upper()    # AutoShardPolicy's member name
     warn_if_swapped(func, n_samples, global_batch, replicas, stacklevel=2, replicas_from="the strategy's")
     if via == "function":
         require_divisible(func, global_batch, replicas)
 
     import tensorflow as tf
 
+    def with_policy(ds: Any) -> Any:
+        if policy == "AUTO":
+            return ds
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
+        return ds.with_options(options)
+
     if via == "function":
         def dataset_fn(context):
             per_replica = context.get_per_replica_batch_size(global_batch)
             ds = tf.data.Dataset.range(n_samples).shard(context.num_input_pipelines, context.input_pipeline_id)
-            return ds.batch(per_replica, drop_remainder=drop_remainder)
+            return with_policy(ds.batch(per_replica, drop_remainder=drop_remainder))
 
         dist = strategy.distribute_datasets_from_function(dataset_fn)
     else:
         dist = strategy.experimental_distribute_dataset(
-            tf.data.Dataset.range(n_samples).batch(global_batch, drop_remainder=drop_remainder))
+            with_policy(tf.data.Dataset.range(n_samples).batch(global_batch, drop_remainder=drop_remainder)))
     return [[int(t.shape[0]) for t in strategy.experimental_local_results(batch)] for batch in dist]
 
 

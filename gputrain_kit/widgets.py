@@ -214,6 +214,7 @@ class ScalingExplorer:
 
     def run(self) -> dict[str, Any]:
         """Train with the current controls, append a row, redraw table and plot; return the row."""
+        from .batching import ArgumentOrderWarning
         from .training import UnevenBatchError, train_digits
 
         replicas, global_batch = int(self.replicas.value), self.global_batch()
@@ -227,7 +228,9 @@ class ScalingExplorer:
             self.progress.description = f"epoch {done} of {total}"
 
         try:
-            result = train_digits(replicas, global_batch, epochs=self.epochs, on_epoch=on_epoch, activity=True)
+            with warnings.catch_warnings():   # a batch under the replica count: the split above shows it, as preview()
+                warnings.simplefilter("ignore", ArgumentOrderWarning)
+                result = train_digits(replicas, global_batch, epochs=self.epochs, on_epoch=on_epoch, activity=True)
             row, self.activity = result.row(), result.activity
             self.status.value = "done."
         except UnevenBatchError as err:
@@ -261,17 +264,21 @@ class ScalingExplorer:
 
 class SplitExplorer:
     """Input path, dataset size, global batch and replica count -> every step's split, empty slots in red, a verdict.
+    ``shard_policy``: the dataset's tf.data auto-shard policy, "auto" (the default; Keras's "data" for NumPy arrays
+    splits alike) or "off" (as "file" and "hint" split), which changes the "dataset" path's split (``plan_batches``).
 
-    Headless use: set ``.via/.n_samples/.global_batch/.replicas/.drop`` values, read ``.output.value``.
+    Headless use: set ``.via/.n_samples/.global_batch/.replicas/.drop/.shard_policy`` values, read ``.output.value``.
     """
 
-    def __init__(self, n_samples: int = 1030, global_batch: int = 64, replicas: int = 4, via: str = "dataset"):
+    def __init__(self, n_samples: int = 1030, global_batch: int = 64, replicas: int = 4, via: str = "dataset",
+                 shard_policy: str = "auto"):
         import ipywidgets as widgets
 
         from ._args import require_choice
         from .batching import VIAS
 
         require_choice("SplitExplorer", "via", via, VIAS)
+        require_choice("SplitExplorer", "shard_policy", shard_policy, ("auto", "off"))
         self.via = widgets.RadioButtons(options=[("fit / distribute_dataset", "dataset"),       # labels in full
                                                  ("distribute_datasets_from_function", "function")],
                                         value=via, description="input path", style={"description_width": "initial"},
@@ -283,11 +290,15 @@ class SplitExplorer:
                                               style=wide)
         self.replicas = widgets.IntSlider(value=replicas, min=1, max=16, description="replicas", style=wide)
         self.drop = widgets.Checkbox(value=False, description="drop_remainder", indent=False)
+        self.shard_policy = widgets.RadioButtons(
+            options=[("AUTO (default) or DATA", "auto"), ("OFF, FILE or HINT", "off")], value=shard_policy,
+            description="dataset's auto_shard_policy", style=wide, layout=widgets.Layout(width="auto"))
         self.output = widgets.HTML()
-        for control in (self.n_samples, self.global_batch, self.replicas, self.drop, self.via):
+        for control in (self.n_samples, self.global_batch, self.replicas, self.drop, self.via, self.shard_policy):
             control.observe(lambda _change: self.update(), names="value")
         self.update()
-        self.widget = widgets.VBox([self.via, widgets.HBox([self.n_samples, self.drop]),
+        self.widget = widgets.VBox([widgets.HBox([self.via, self.shard_policy]),
+                                    widgets.HBox([self.n_samples, self.drop]),
                                     widgets.HBox([self.global_batch, self.replicas]), self.output])
 
     def update(self) -> None:
@@ -299,7 +310,8 @@ class SplitExplorer:
             with warnings.catch_warnings():                              # the table shows what it means
                 warnings.simplefilter("ignore", ArgumentOrderWarning)
                 plan = plan_batches(int(self.n_samples.value), int(self.global_batch.value),
-                                    int(self.replicas.value), bool(self.drop.value), via=self.via.value)
+                                    int(self.replicas.value), bool(self.drop.value), via=self.via.value,
+                                    shard_policy=self.shard_policy.value)
         except ValueError as err:
             self.output.value = f"<p style='color:#b00020'>{html.escape(str(err))}</p>"
             return
@@ -313,7 +325,8 @@ class SplitExplorer:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ArgumentOrderWarning)
                 dropped = plan_batches(int(self.n_samples.value), int(self.global_batch.value),
-                                       int(self.replicas.value), True, via=self.via.value)
+                                       int(self.replicas.value), True, via=self.via.value,
+                                       shard_policy=self.shard_policy.value)
             tip = ("<p><i>Tick drop_remainder to see the fix: the step that leaves a replica empty is dropped.</i></p>"
                    if dropped and not empty_slots(dropped) else
                    "<p><i>Every full step leaves a replica empty: drop_remainder cannot help; use a global batch that "
@@ -328,9 +341,13 @@ class SplitExplorer:
 
             refused = first_step_verdict(plan, int(self.global_batch.value), int(self.replicas.value),
                                          int(self.n_samples.value))
+            if refused and self.shard_policy.value == "off":   # its custom-loop part assumes the default split
+                refused = refused.split(" A custom loop")[0] + " Fix: a global batch that is a multiple of the " \
+                    "replica count."
             if refused:
                 shown = shown.replace(f"<p>{html.escape(plan_verdict(plan))}</p>", f"<p>{html.escape(refused)}</p>")
                 tip = ""                   # its Fix says what to change; drop_remainder alone never is
+        self.shard_policy.disabled = self.via.value == "function"     # no rebatching there: the policy splits alike
         self.output.value = f"<p>{len(plan)} step(s) per epoch{clamped}.</p>" + shown + tip
 
     def _ipython_display_(self) -> None:

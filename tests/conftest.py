@@ -20,9 +20,8 @@ def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float =
 
     The child is forked from a process that has imported TensorFlow already (``forkexec``: one import per
     environment, not one per child), except where the import would change what the code sees (it reads
-    ``sys.modules``, changes the environment, ...), ``fresh=True``, or the test file is not yet in
-    ``forkexec.VALIDATED`` (``GPUTRAIN_TEST_FORK=all`` forks for every file, ``=0`` for none): then it is a new
-    interpreter."""
+    ``sys.modules``, changes the environment, ...), ``fresh=True``, or ``GPUTRAIN_TEST_FORK=0``: then it is a
+    new interpreter."""
     from forkexec import can_fork, run_forked
 
     full_env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
@@ -31,8 +30,7 @@ def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float =
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")]))
     full_env.update(env or {})
     code = textwrap.dedent(code)
-    suite = os.environ.get("PYTEST_CURRENT_TEST", "").split("::")[0]
-    forked = not fresh and can_fork(code, full_env, suite)
+    forked = not fresh and can_fork(code, full_env)
     start = time.monotonic()
     if forked:
         proc = run_forked(code, full_env, timeout)

@@ -20,8 +20,12 @@ REASONS: dict[tuple[str, str], str] = {
     ("01", "for probe in kit.counting.probe_locks():"): "4 processes, forked one after another from one "
         "that imported TensorFlow: whether a call locks the device configuration shows only first thing in a "
         "process, so each starts TensorFlow's runtime anew",
-    ("02", "model.fit(x_train, y_train, batch_size=global_batch"): "2 epochs on 4 replicas, then the copies "
+    ("02", 'print("training 2 epochs on 4 replicas, then reading'): "2 epochs on 4 replicas, then the copies "
         "compared: tracing the step for 4 replicas is most of it",
+    ("02", 'print("training 70 samples one epoch on 4 replicas'): "one epoch of 2 steps on 4 replicas and on one "
+        "device, every step's update recorded: two new models, each step traced (for 4 replicas, then for one)",
+    ("01", 'print("recording one epoch of 512 samples'): "one epoch (8 steps) of the 4-replica model under "
+        "TensorFlow's profiler, which records every op's device and time, then the timeline drawn",
     ("02", "import logging"): "4 strategies, each a new model traced and "
         "trained one epoch on 256 samples: the claim is that each reduction trains (or fails) here",
     ("02", "child = kit.processes.run_child("): "a new process (TensorFlow imported there) with two strategies "
@@ -67,7 +71,7 @@ REASONS: dict[tuple[str, str], str] = {
         "epoch 2; cores less one at a time until this cell, which gives them every core (on 2 cores: two throughout)",
     ("06", "from gputrain_kit.lrscaling import batch_sweep"): "4 trainings of 10 epochs (batches 32 to 1024) "
         "on one device: 10 epochs is where the large batches' accuracy gap is clear",
-    ("06", "scaled = batch_sweep("): "8 more trainings of 10 epochs, with the scaled rate with and without "
+    ("06", "print(f\"training {2 * len(batches)} models"): "8 more trainings of 10 epochs, with the scaled rate with and without "
         "warm-up",
     ("06", "seeds, warmups = (0, 1, 2)"): "batch 1024 on two more random seeds (the same rate, then rate 1.6 with "
         "0, 1 and 5 epochs of warm-up) and a 5-epoch warm-up on the first: 9 trainings of 10 epochs at 2 steps "

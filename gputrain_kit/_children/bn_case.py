@@ -108,6 +108,9 @@ def run(kind: str, bn: str, batching: str, epochs: int, build_source: str = "", 
     out["poisoned"] = sorted({path.split("/")[-1] for path, _ in report.poisoned})
     out["poisoned_replicas"] = sorted({i for _, i in report.poisoned})
     out["nan_copies"] = len(report.poisoned)
+    trainable = {r.path for r in report.rows if r.trainable}    # NaN a saved file (replica 0's) or a step reads
+    out["seen"] = {"replica_0": sorted({path.split("/")[-1] for path, i in report.poisoned if i == 0}),
+                   "trainable": sorted({path.split("/")[-1] for path, _ in report.poisoned if path in trainable})}
     out["spread"] = report.spread
     # trainable copies that differ: a step that crashed half way updated some replicas and not others
     out["diverged"] = report.diverged

@@ -4,8 +4,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import NoReturn
 
-__all__ = ["quiet_tensorflow", "die_with_parent", "fork"]
+__all__ = ["quiet_tensorflow", "die_with_parent", "fork", "end_child"]
 
 
 def quiet_tensorflow() -> None:
@@ -40,3 +41,20 @@ def fork() -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     return os.fork()
+
+
+def end_child(code: object) -> NoReturn:
+    """End a forked child: its Python and C buffered output written, then ``os._exit`` (the parent's exit handlers,
+    inherited by the fork, must not run twice). ``code``: the exit status (not an int: 1)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)        # C stdio's buffers, as a normal exit writes them
+    except BaseException:
+        pass
+    os._exit((code if isinstance(code, int) else 1) & 0xFF)

@@ -17,7 +17,7 @@ import sys
 import traceback
 from typing import Any
 
-from .lifecycle import die_with_parent, fork, quiet_tensorflow
+from .lifecycle import die_with_parent, end_child, fork, quiet_tensorflow
 from .protocol import report
 
 
@@ -47,9 +47,7 @@ def _serve_forked(task: Any) -> None:
                     try:
                         _run_one(task, job)
                     finally:
-                        sys.stdout.flush()
-                        sys.stderr.flush()
-                        os._exit(0)                   # 0: reported; anything else means it died first
+                        end_child(0)                  # 0: reported; anything else means it died first
                 running[pid] = job["id"]
         while running:
             pid, status = os.waitpid(-1, os.WNOHANG if reading else 0)

@@ -71,9 +71,17 @@ def nb00_logical_per_gpu(answer: Any) -> Verdict:
 
 def nb00_last_gpu_name(answer: Any) -> Verdict:
     """A server with 8 GPUs runs setup(devices=4): the name of the last device it uses (``device_names()``'s last).
-    'GPU 3' as said aloud, and the number alone (3, '3'), as the exercises' intro allows, name GPU 3."""
+    'GPU 3' as said aloud, and the number alone (3, '3'), as the exercises' intro allows, name GPU 3. A GPU named in
+    CUDA's numbering ('CUDA GPU 3') or PyTorch's ('cuda:3') is refused with a hint, as notebook 01's checks refuse
+    a TensorFlow name where CUDA's number is asked: the numberings are told apart there."""
     from ..devices import mode_for
+    from .nb01 import _CUDA_NUMBER, _torch_name
 
+    if isinstance(answer, str) and (_CUDA_NUMBER.match(answer) or _torch_name(answer)):
+        numbering = "PyTorch's name for a device" if _torch_name(answer) else "a GPU in CUDA's numbering"
+        return verdict(answer, False, "", f"{answer.strip()!r} is {numbering} (the numbering notebook 01 tells "
+                       "apart from TensorFlow's), not a TensorFlow device name: the question asks for the name "
+                       f"TensorFlow gives the device, the one device_names() returns. {_NAME}")
     got = read(answer, "device", number_as="GPU", form=_NAME)
     if got.refusal is not None:
         return got.refusal

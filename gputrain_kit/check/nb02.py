@@ -10,12 +10,15 @@ _NUMBER = "Give a whole number, e.g. 32."
 
 
 def nb02_per_replica(answer: Any) -> Verdict:
-    """Global batch 384 on 8 GPUs: how many samples does each replica get per step? ('48 samples' and '48 samples
-    per replica per step' too)"""
+    """Global batch 384 on 8 GPUs: how many samples does each replica get per step? ('48 samples', '48 samples
+    per replica per step', '48 samples per step per replica' and, the question being about GPUs, '48 per GPU' too;
+    '48 GPUs' is no such answer)"""
     from ..batching import split_batch
 
     if isinstance(answer, str):                  # the question's own words: '48 samples per replica per step'
-        answer = re.sub(r"\s+(?:per|each|in\s+(?:one|a|each))\s+step\s*$", "", answer.strip(), flags=re.IGNORECASE)
+        answer = re.sub(r"\s+(?:per|each|in\s+(?:one|a|each))\s+step\b", "", answer.strip(), flags=re.IGNORECASE)
+        answer = re.sub(r"\s+(?:per|each|on\s+each|for\s+each|on\s+one)\s+(?:gpu|device)\b", " per replica", answer,
+                        flags=re.IGNORECASE)
     got = read(answer, "int", words=("sample", "example", "per", "replica", "each"), form=_NUMBER)
     if got.refusal is not None:
         return got.refusal

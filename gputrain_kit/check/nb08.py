@@ -137,8 +137,12 @@ def nb08_accumulation_to_fit(answer: Any) -> Verdict:
     gb = estimate_memory(profile, batch_size=FULL_BATCH, accumulation_steps=right).peak / 1e9
     hint = ("Model state is fixed (parameters, gradients, Adam's slots) and the accumulators add one more "
             "copy of the parameters; only the activations and the temporaries shrink, by the number of steps.")
-    if value > right and value > 0 and estimate_memory(profile, batch_size=FULL_BATCH,
-                                                       accumulation_steps=value).fits(CARD_GB):
+    if value > 0 and FULL_BATCH % value:     # estimate_memory refuses it (and its error names a count that splits)
+        hint = (f"{value} steps do not split the batch of {FULL_BATCH:,} samples into equal small steps: every "
+                f"accumulation step runs the same number of samples, so the count must divide {FULL_BATCH:,} (a "
+                "power of 2 here). " + ("Which is the fewest that fits?" if value > right else hint))
+    elif value > right and value > 0 and estimate_memory(profile, batch_size=FULL_BATCH,
+                                                         accumulation_steps=value).fits(CARD_GB):
         hint = f"{value} steps fit, but so does a smaller power of 2: which is the fewest?"
     return verdict(answer, value == right, f"{right} steps: {gb:.1f} GB. The accumulators add a copy of the "
                    "parameters, so the activations and temporaries must shrink by more than that." + _tight(gb), hint)
@@ -158,7 +162,14 @@ def nb08_devices_without_zero(answer: Any) -> Verdict:
     profile = preset_profile(FULL_MODEL)
 
     def per_device(n: int) -> float:
-        return estimate_memory(profile, batch_size=FULL_BATCH, strategy="data", devices=n).peak / 1e9
+        import warnings
+
+        from ..replicas import EmptyReplicaWarning, UnevenBatchWarning
+
+        with warnings.catch_warnings():        # the check says itself which counts split the batch unevenly
+            warnings.simplefilter("ignore", UnevenBatchWarning)
+            warnings.simplefilter("ignore", EmptyReplicaWarning)
+            return estimate_memory(profile, batch_size=FULL_BATCH, strategy="data", devices=n).peak / 1e9
 
     peaks = {n: per_device(n) for n in range(1, 9)}
     right = next(n for n in peaks if FULL_BATCH % n == 0 and peaks[n] <= CARD_GB)

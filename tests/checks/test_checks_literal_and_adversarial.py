@@ -86,9 +86,9 @@ CASES = {
                          ["gpu", "cpu", "not split-gpu", "splitgpu", "non-split gpu", "no split-gpu"]),
     "nb00_logical_per_gpu": ([3, 3.0, "3", np.int64(3), "3 logical GPUs", "3 each", "3 per GPU"],
                              [6, 2, 1, "3 GB", "6 logical GPUs", 3.5, "three", "not 3"]),
-    "nb00_last_gpu_name": (["/device:GPU:3", "GPU:3", "/gpu:3", "GPU 3", "gpu3", "CUDA GPU 3", "GPU #3", 3, "3",
-                            np.int64(3)],
-                           ["/device:CPU:3", "GPU 7", "GPU:4", 4, "7", "not GPU 3", "GPU 3 or 4", -3, True]),
+    "nb00_last_gpu_name": (["/device:GPU:3", "GPU:3", "/gpu:3", "GPU 3", "gpu3", "GPU #3", 3, "3", np.int64(3)],
+                           ["/device:CPU:3", "GPU 7", "GPU:4", 4, "7", "not GPU 3", "GPU 3 or 4", -3, True,
+                            "CUDA GPU 3", "cuda:3"]),       # other numberings than TensorFlow's: a hint (notebook 01)
     "nb00_cpu_devices": ([[1, 8], (1, 8), "[1, 8]", "1, 8", "1 and 8", np.array([1, 8])],
                          [[8, 1], [16, 8], [1, 16], [0, 8], [1], [1, 8, 8], 8, [1, float("nan")]]),
     "nb01_physical_behind": ([5, "5", "CUDA GPU 5", "GPU 5", "cuda gpu 5", "physical GPU 5", np.int64(5),

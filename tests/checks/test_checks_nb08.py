@@ -229,3 +229,31 @@ def test_accumulation_to_fit_reads_the_keyword_forms(answer):
 @pytest.mark.parametrize("answer", [f"devices={DEV}", f"n_devices={DEV}", f"num_devices = {DEV}"])
 def test_devices_without_zero_reads_the_keyword_forms(answer):
     assert check.nb08_devices_without_zero(answer)
+
+
+@pytest.mark.parametrize("answer", [17, 24, 20, 48, 100, "17 steps", 65536, 3])
+def test_a_count_that_does_not_divide_the_batch_is_told_so_without_the_answer(answer):
+    """A count that does not divide 32,768 crashed the check with estimate_memory's error, which names the answer
+    (review of notebook 08, ninth read): it gets a "Not yet" that says why, and no number that splits the batch."""
+    verdict = check.nb08_accumulation_to_fit(answer)
+    text = repr(verdict)
+    assert not verdict and text.startswith("Not yet.") and "the count must divide 32,768" in text, text
+    assert str(ACC) not in text.replace("32,768", ""), text
+
+
+def test_the_divisor_hint_leaves_the_other_answers_as_they_were():
+    assert check.nb08_accumulation_to_fit(ACC) and check.nb08_accumulation_to_fit(f"{ACC} steps")
+    for wrong in (ACC // 2, 2 * ACC, 4 * ACC):           # powers of 2: they split the batch, no divisor hint
+        assert "must divide" not in repr(check.nb08_accumulation_to_fit(wrong))
+    assert "fit, but so does a smaller" in repr(check.nb08_accumulation_to_fit(4 * ACC))
+
+
+def test_the_devices_check_warns_nothing_beside_its_own_hint():
+    """estimate_memory warns when 32,768 splits unevenly (3, 5, 6, 7 devices); the check names that case itself, so a
+    learner's answer prints no warnings beside the verdict."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        verdicts = [check.nb08_devices_without_zero(n) for n in (3, DEV, 2 * DEV)]
+    assert [w.category.__name__ for w in caught] == [] and verdicts[1] and not verdicts[0]

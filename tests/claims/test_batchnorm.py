@@ -322,3 +322,18 @@ def test_a_case_out_of_time_says_so_plainly():
     assert inspect.signature(batchnorm.start_cases).parameters["timeout"].default == 900
     with pytest.raises(RuntimeError, match=r"did not finish within 0.5 s; .* start_cases\(timeout=\.\.\.\)"):
         batchnorm.run_cases([("dense", "scale=False", "last step empty")], timeout=0.5)
+
+
+def test_one_epoch_ending_in_the_empty_step_is_no_silent_nan_when_the_weights_are_nan():
+    """Review (ninth read): run_cases(epochs=1) on the conv net with default BatchNorm called the case "silent NaN"
+    while every replica's gamma (replica 0's, which a saved file keeps, included) was NaN. Eigen kernels: oneDNN
+    crashes the conv net first. The Dense net with scale=False stays silent (NaN only in replica 3's statistics)."""
+    with pytest.warns(UserWarning, match="epochs=1 ends with the empty step"):
+        m = batchnorm.run_cases([("dense", "scale=False", "last step empty"), ("conv", "scale=True", "last step empty")],
+                                epochs=1, kernels="eigen")
+    silent = m.outcome("dense", "scale=False", "last step empty")
+    assert silent.outcome == "silent NaN" and "on replica 3," in silent.detail, silent
+    conv = m.outcome("conv", "scale=True", "last step empty")
+    assert conv.outcome == "NaN weights", conv
+    assert all(v == v for v in conv.losses)                       # the loss is still finite
+    assert "replica 0's copy of" in conv.detail and "gamma" in conv.detail and "a saved file keeps it" in conv.detail

@@ -537,7 +537,8 @@ def test_cpu_convolution_workspaces_are_left_out_of_the_estimate(family):
     (from run to run of the same script: 31 and 65 MB both seen on one Zen 3 CPU) for a 16x16 RGB image through
     two Conv2D(16) + BatchNormalization at batch 32 (many times their few-MB estimates);
     steps estimated at about 60 MB and more (a 28x28 one-channel Conv2D(32) at batch 128, 32x32 RGB through
-    Conv2D(32) and Conv2D(64) at batch 64), and every one of them under oneDNN, stay near or below theirs."""
+    Conv2D(32) and Conv2D(64) at batch 64) measure at most about 1.5x theirs under Eigen (the 28x28 one 0.98x and
+    1.30x in two runs on one CPU), and every one of them under oneDNN stays near or below its estimate."""
     proc = run_python("""
         import json, gputrain_kit as kit
         kit.setup(devices=1)
@@ -563,14 +564,16 @@ def test_cpu_convolution_workspaces_are_left_out_of_the_estimate(family):
         assert r["tiny"][2] > 10 and r["small"][2] > 5, r               # many times the estimate
         assert 8 < r["tiny"][0] - r["tiny"][1] < 30, r                  # "some 15 MB beyond"
         assert 25 < r["small"][0] - r["small"][1] < 90, r               # "some 30 or 65 MB": 31 or 65 seen on one CPU
+        assert 0.75 < r["digits"][2] < 1.5 and r["cnn"][2] < 1.5, r     # "at most about 1.5x": 0.98-1.30 seen
     else:
         assert r["tiny"][2] < 1.25 and r["small"][2] < 1.25, r
-    assert 0.75 < r["digits"][2] < 1.25 and r["cnn"][2] < 1.25, r
+        assert 0.75 < r["digits"][2] < 1.25 and r["cnn"][2] < 1.25, r
     prose = " ".join(_nb03_prose().split())
     assert "on a CPU, TensorFlow's portable Eigen convolutions, the kernels of `TF_ENABLE_ONEDNN_OPTS=0`, take " \
            "working buffers of tens of MB" in prose
     assert "some 15 MB beyond the estimate for an 8x8 one-channel image through one `Conv2D(8)` at batch 64, some " \
            "30 or 65 MB (it changes from run to run) for a 16x16 RGB image through two `Conv2D(16)` with " \
            "BatchNormalization at batch 32" in prose
-    assert "steps estimated at about 60 MB and more, and every step under oneDNN's kernels, stay near or below" \
+    assert "while steps estimated at about 60 MB and more measure at most about 1.5 times theirs under Eigen (the " \
+           "buffers vary from run to run), and every step under oneDNN's kernels stays near or below its estimate" \
         in prose

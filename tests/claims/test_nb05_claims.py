@@ -139,6 +139,18 @@ def test_split_explorer_headless():
     assert "needs global_batch divisible by replicas" in f.output.value
     with pytest.raises(ValueError, match="SplitExplorer: via must be one of"):
         SplitExplorer(via="fn")
+    # the dataset's auto-shard policy: OFF splits evenly and pours a short last batch into the first replicas
+    g = SplitExplorer(n_samples=1000, global_batch=96, replicas=8)
+    assert "no data" not in g.output.value                       # the default policy: [5] * 8
+    g.shard_policy.value = "off"
+    assert "gives replicas 4, 5, 6 and 7 no data" in g.output.value       # [12, 12, 12, 4, 0, 0, 0, 0]
+    g.via.value = "function"
+    assert g.shard_policy.disabled
+    k = SplitExplorer(global_batch=6, shard_policy="off")              # [2, 2, 1, 1]: uneven, no replica empty
+    assert "fit refuses this at its first step" in k.output.value and "[2, 2, 1, 1]" in k.output.value
+    assert "empty in every full step" not in k.output.value
+    with pytest.raises(ValueError, match="SplitExplorer: shard_policy must be one of 'auto', 'off'"):
+        SplitExplorer(shard_policy="none")
     # a global batch that does not fill the replicas leaves one empty in every step: drop_remainder is no fix there,
     # and fit refuses it at its first step (it said "a conv net may crash fit" as for a later empty step)
     h = SplitExplorer(global_batch=6)
@@ -295,6 +307,35 @@ def test_tensorflow_leaves_a_replica_empty_in_every_step_for_5_6_9_on_4(family):
             options.experimental_distribute.auto_shard_policy = getattr(tf.data.experimental.AutoShardPolicy, policy)
             dist = s.experimental_distribute_dataset(tf.data.Dataset.range(40).batch(5).with_options(options))
             out[policy] = [[int(t.shape[0]) for t in s.experimental_local_results(x)] for x in dist][0]
+        # the notebook's OFF table, every policy against plan_batches's prediction for it
+        for policy in ("auto", "data", "off", "file", "hint"):
+            for n, b in ((10, 5), (22, 6), (18, 9), (70, 64)):
+                real = kit.training.distributed_split(s, n, b, shard_policy=policy)
+                out[f"{policy} {n}/{b}"] = [real[0], real[-1], real == kit.plan_batches(n, b, 4, shard_policy=policy)]
+        # the policy as an AutoShardPolicy member, and the function path, which no policy changes
+        out["enum"] = kit.training.distributed_split(s, 22, 6, shard_policy=tf.data.experimental.AutoShardPolicy.OFF)
+        out["function off"] = kit.training.distributed_split(s, 1030, 64, via="function", shard_policy="off")[-1]
+        # AUTO on a pipeline that reads files shards by file (one machine: no change), so the split stays even
+        import os, tempfile
+        folder = tempfile.mkdtemp()
+        for k in range(2):
+            with open(os.path.join(folder, f"f{k}.txt"), "w") as f:
+                f.write("".join(f"{i}\\n" for i in range(11 * k, 11 * k + 11)))
+        files = tf.data.TextLineDataset([os.path.join(folder, f"f{k}.txt") for k in range(2)]).batch(6)
+        out["files auto"] = [[int(t.shape[0]) for t in s.experimental_local_results(x)]
+                             for x in s.experimental_distribute_dataset(files)]
+        # fit on a dataset with OFF: 6 over 4 splits [2, 2, 1, 1], still uneven, and fit refuses it at step 1
+        import keras, numpy as np
+        with s.scope():
+            tiny = keras.Sequential([keras.Input((16,)), keras.layers.Dense(4)])
+            tiny.compile("sgd", "mse")
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        six = tf.data.Dataset.from_tensor_slices((np.ones((24, 16), "float32"), np.zeros((24, 4), "float32")))
+        try:
+            tiny.fit(six.batch(6).with_options(options), verbose=0); out["fit off 6"] = "trained"
+        except tf.errors.InvalidArgumentError as err:
+            out["fit off 6"] = str(err)[:300]
         print(json.dumps(out))
     """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
     out = last_json(proc)
@@ -306,6 +347,19 @@ def test_tensorflow_leaves_a_replica_empty_in_every_step_for_5_6_9_on_4(family):
     assert out["9/False"] == [[3, 3, 3, 0], [1, 1, 1, 1], 114, 115, True]
     assert out["9/True"] == [[3, 3, 3, 0], [3, 3, 3, 0], 114, 114, True]
     assert out["AUTO"] == [2, 2, 1, 0] and out["OFF"] == [2, 1, 1, 1]
+    # notebook 05's OFF table (and "file" and "hint", which keep the even split on one machine; "data" the legacy)
+    legacy = {"10/5": [[2, 2, 1, 0], [2, 2, 1, 0]], "22/6": [[2, 2, 2, 0], [1, 1, 1, 1]],
+              "18/9": [[3, 3, 3, 0], [3, 3, 3, 0]], "70/64": [[16] * 4, [2, 2, 2, 0]]}
+    even = {"10/5": [[2, 1, 1, 1], [2, 1, 1, 1]], "22/6": [[2, 2, 1, 1], [2, 2, 0, 0]],
+            "18/9": [[3, 2, 2, 2], [3, 2, 2, 2]], "70/64": [[16] * 4, [6, 0, 0, 0]]}
+    for policy in ("auto", "data", "off", "file", "hint"):
+        for case in legacy:
+            expected = (legacy if policy in ("auto", "data") else even)[case]
+            assert out[f"{policy} {case}"] == expected + [True], (policy, case)
+    assert out["enum"] == [[2, 2, 1, 1]] * 3 + [[2, 2, 0, 0]]
+    assert out["function off"] == [6, 0, 0, 0]
+    assert out["files auto"] == [[2, 2, 1, 1]] * 3 + [[2, 2, 0, 0]]          # 22 lines in two files, batch 6
+    assert "AddN" in out["fit off 6"] and "must have the same size and shape" in out["fit off 6"]
 
 
 @pytest.mark.parametrize("family", ["onednn", "eigen"])
@@ -469,16 +523,25 @@ def test_other_cases_are_every_combination_but_no_bn_with_drop_remainder():
     assert every - known == {("dense", "no BN", "drop_remainder"), ("conv", "no BN", "drop_remainder")}
 
 
-def test_the_docstring_split_2_2_0_is_the_legacy_rebatch_and_fit_rebatches_by_computed_sizes():
-    """Section 1 cites the docstring of _LegacyRebatchDataset (4 samples on 3 replicas: [2, 2, 0]); input_lib
-    uses that class only when the batch size cannot be computed (-1), otherwise dataset.rebatch with the sizes of
-    batch_sizes_for_worker."""
+def test_the_auto_shard_policy_decides_between_the_legacy_and_the_balanced_rebatch():
+    """Section 1: tf.distribute rebatches by batch_sizes_for_worker (even), then wraps every dataset whose
+    auto_shard_policy is not OFF in _AutoShardDataset, even on one worker; sharding by data (DATA, or AUTO without
+    files) rewrites the even rebatch to the legacy one, whose docstring shows 4 samples on 3 replicas as [2, 2, 0].
+    Keras sets DATA for NumPy arrays. (fit fell back on the legacy class "only when the batch size cannot be
+    computed", the notebook said: the policy decides, shown live by the OFF table.)"""
     import inspect
 
+    from keras.src.trainers.data_adapters import array_data_adapter
     from tensorflow.python.data.experimental.ops import distribute
-    from tensorflow.python.distribute import input_lib
+    from tensorflow.python.distribute import input_lib, input_ops
 
     assert "[0, 1], [2, 3], [], [4, 5], [6, 7], []" in distribute._LegacyRebatchDataset.__doc__
+    assert "is written to legacy RebatchDataset for correctness reasons" in distribute._AutoShardDataset.__doc__
+    assert "If it cannot find a reader dataset, it falls back to doing data-based" in distribute._AutoShardDataset.__doc__
     source = inspect.getsource(input_lib)
     assert "distribute.batch_sizes_for_worker(" in source and "dataset.rebatch(batch_sizes)" in source
-    assert "math_ops.not_equal(batch_size, -1)" in source and "apply_legacy_rebatch" in source
+    assert "input_ops.auto_shard_dataset(" in source
+    wrap = inspect.getsource(input_ops.auto_shard_dataset)
+    assert "auto_shard_policy !=\n      AutoShardPolicy.OFF" in wrap and "_AutoShardDataset(" in wrap
+    assert "AutoShardPolicy.DATA" in inspect.getsource(array_data_adapter)
+    assert distribute.batch_sizes_for_worker(5, 1, 4, 0).numpy().tolist() == [2, 1, 1, 1]

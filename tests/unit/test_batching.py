@@ -131,3 +131,39 @@ def test_check_batch_plan_warns_before_an_uneven_first_step_that_fit_refuses():
         check_batch_plan(1001, 64, 4)                          # an uneven *last* step, which fit accepts
     with pytest.warns(EmptyReplicaWarning, match="default scale=True the NaN can then reach every replica"):
         check_batch_plan(1030, 64, 4)
+
+
+@pytest.mark.parametrize("policy, full, last", [
+    ("auto", [2, 2, 2, 0], [1, 1, 1, 1]), ("data", [2, 2, 2, 0], [1, 1, 1, 1]),
+    ("off", [2, 2, 1, 1], [2, 2, 0, 0]), ("OFF", [2, 2, 1, 1], [2, 2, 0, 0]),
+    ("file", [2, 2, 1, 1], [2, 2, 0, 0]), ("hint", [2, 2, 1, 1], [2, 2, 0, 0]),
+])
+def test_the_auto_shard_policy_picks_the_split(policy, full, last):
+    """Review (ninth read): the split is the legacy ceil one only under AUTO (in-memory data) and DATA; OFF, FILE (one
+    machine) and HINT keep tf.distribute's even rebatching, a short last batch poured into its shares in order."""
+    plan = plan_batches(22, 6, 4, shard_policy=policy)
+    assert plan[0] == full and plan[-1] == last and sum(map(sum, plan)) == 22
+
+
+def test_off_plans_the_short_last_batch_into_the_first_replicas():
+    assert plan_batches(1030, 64, 4, shard_policy="off")[-1] == [6, 0, 0, 0]
+    assert plan_batches(1000, 96, 8)[-1] == [5] * 8                       # the default: no replica empty
+    assert plan_batches(1000, 96, 8, shard_policy="off")[-1] == [12, 12, 12, 4, 0, 0, 0, 0]
+    for b in (5, 6, 9):                                                   # no full step leaves one empty with OFF
+        assert 0 not in split_batch(b, 4, "off") and 0 in split_batch(b, 4)
+    assert plan_batches(1030, 64, 4, drop_remainder=True, shard_policy="off") == [[16] * 4] * 16
+    # the function path does no rebatching: every policy plans it alike
+    assert plan_batches(1030, 64, 4, via="function", shard_policy="off") == plan_batches(1030, 64, 4, via="function")
+
+
+def test_shard_policy_takes_an_autoshardpolicy_member_and_refuses_other_values():
+    class Member:                   # as tf.data.experimental.AutoShardPolicy.OFF: an enum member named OFF
+        name = "OFF"
+
+    assert plan_batches(22, 6, 4, shard_policy=Member()) == plan_batches(22, 6, 4, shard_policy="off")
+    for bad in ("of", 1, None):
+        with pytest.raises(ValueError, match=r"plan_batches: shard_policy must be one of 'auto', 'data', 'off', "
+                                             r"'file', 'hint' .* got .*Fix: shard_policy=\"auto\""):
+            plan_batches(22, 6, 4, shard_policy=bad)
+    with pytest.raises(ValueError, match="split_batch: shard_policy must be one of"):
+        split_batch(6, 4, "sideways")

@@ -1,0 +1,35 @@
+"""Notebook 08, section 7's aside (cells 51-53): what emulated bfloat16 does to the twin's measured peak, measured as
+the notebook measures it (both CPU kernel families, each in processes of its own, the largest of 4 steps).
+
+Ninth read: the prose said "raised the peak, by 4 to 13%" under a committed +0% and +3%. The words now say "kept the
+peak within 1% or raised it, by up to 13%" (one run on a busy machine took 6% off), and the cell prints "kept"
+within 1%. This pins them to a run: where bf16 is emulated, no saving beyond the notebook's 15% tolerance (the
+estimate says 21%), and no rise beyond the records' 13% plus the peak's noise the notebook states."""
+from __future__ import annotations
+
+from gputrain_kit import check, cpu_kernels
+from gputrain_kit.measure import start_measuring_families
+
+PRECISIONS = {"float32": {}, "mixed_bfloat16": {"dtype_policy": "mixed_bfloat16"}}
+
+
+def _went(change: float) -> str:
+    """Cell 51's words for a change of the peak (its rule, repeated: the notebook's code is pinned to it below)."""
+    return "kept the peak, within 1%" if abs(change) < 0.01 else ("raised" if change > 0 else "lowered") + " the peak"
+
+
+def test_cell_51s_words_follow_the_sign_with_a_1_percent_tolerance():
+    assert [_went(c) for c in (0.001, -0.004, 0.03, -0.06)] == [
+        "kept the peak, within 1%", "kept the peak, within 1%", "raised the peak", "lowered the peak"]
+    assert f"{0.0013:+.1%}" == "+0.1%"                 # one decimal: a +0.1% no longer reads "+0%: raised"
+
+
+def test_emulated_bfloat16_saves_nothing_near_the_estimate_and_rises_at_most_by_the_records_and_noise():
+    pending = start_measuring_families(check.twin, PRECISIONS, batch_size=2048, steps=4)
+    result = pending.result(timeout=400)
+    emulated = {f: m for f, m in result.items() if not cpu_kernels.bf16_by_onednn(f)}
+    assert "eigen" in emulated                              # Eigen emulates bf16 on every CPU
+    for family, measured in emulated.items():
+        change = measured["mixed_bfloat16"].peak_bytes / measured["float32"].peak_bytes - 1
+        assert -0.15 < change < 0.13 + 0.10, (family, change)   # cell 53's tolerance; the records' 13%, and noise
+        print(family, f"{change:+.1%}", _went(change))
