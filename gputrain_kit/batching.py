@@ -47,6 +47,15 @@ SHARD_POLICIES = ("auto", "data", "off", "file", "hint")
 _BALANCED = ("off", "file", "hint")     # the policies that keep tf.distribute's balanced rebatching
 
 
+class EmptyReplicaWarning(UserWarning):
+    """The batch plan gives some replica zero samples in some step (where ``fit``'s first step already splits
+    unevenly, the message says first that ``fit`` refuses it)."""
+
+
+class UnevenBatchWarning(UserWarning):
+    """The first step gives the replicas different batch sizes, which Keras 3's ``fit`` refuses (notebook 02)."""
+
+
 def split_batch(batch: int, replicas: int, shard_policy: Any = "auto") -> list[int]:
     """Per-replica sizes for one global batch of ``batch`` samples over ``replicas``. Under the auto-shard policies
     "auto" (in-memory data) and "data": ceil(batch / replicas) each, in replica order, so the last replica gets

@@ -353,7 +353,7 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
         if len(set(split)) > 1:     # each replica gets ceil(batch / devices) in order: 6 on 4 is [2, 2, 2, 0]
             import warnings
 
-            from .replicas import EmptyReplicaWarning, UnevenBatchWarning
+            from .batching import EmptyReplicaWarning, UnevenBatchWarning
 
             fixes = "Use " + ", or ".join(empty_step_fixes(batch_size, devices, accumulation_steps)) + "."
             if 0 in split:

@@ -373,7 +373,7 @@ class MemoryExplorer:
                         zero_stage=int(self.zero_stage.value) if self.strategy.value == "data" else 0)
                 # an uneven split or a replica with no sample is said by _notes in the controls' words; any other
                 # warning as it is
-                from .replicas import EmptyReplicaWarning, UnevenBatchWarning
+                from .batching import EmptyReplicaWarning, UnevenBatchWarning
 
                 warned = [str(w.message) for w in caught
                           if not issubclass(w.category, (EmptyReplicaWarning, UnevenBatchWarning))]

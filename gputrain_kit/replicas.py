@@ -15,7 +15,8 @@ from typing import Any, Sequence
 
 from ._args import ArgumentTypeError, short, typed
 from ._lazy import lazy_attributes
-from .batching import empty_slots, input_path, plan_batches, plan_verdict, split_batch
+from .batching import (EmptyReplicaWarning, UnevenBatchWarning, empty_slots, input_path, plan_batches,  # noqa: F401
+                       plan_verdict, split_batch)
 
 __all__ = ["ReplicaReport", "replica_report", "ReplicaHealth", "ReplicaHealthError", "check_batch_plan",
            "EmptyReplicaWarning", "UnevenBatchWarning"]
@@ -178,15 +179,6 @@ def replica_report(model: Any, strategy: Any = None, variables: Sequence[Any] | 
 class ReplicaHealthError(RuntimeError):
     """Some replica's copy of a variable is non-finite, a trainable variable's copies differ, or the copies
     diverged beyond the tolerance."""
-
-
-class EmptyReplicaWarning(UserWarning):
-    """The batch plan gives some replica zero samples in some step (where ``fit``'s first step already splits
-    unevenly, the message says first that ``fit`` refuses it)."""
-
-
-class UnevenBatchWarning(UserWarning):
-    """The first step gives the replicas different batch sizes, which Keras 3's ``fit`` refuses (notebook 02)."""
 
 
 def _replicas_named(replicas: list[int]) -> str:

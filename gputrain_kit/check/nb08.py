@@ -164,7 +164,7 @@ def nb08_devices_without_zero(answer: Any) -> Verdict:
     def per_device(n: int) -> float:
         import warnings
 
-        from ..replicas import EmptyReplicaWarning, UnevenBatchWarning
+        from ..batching import EmptyReplicaWarning, UnevenBatchWarning
 
         with warnings.catch_warnings():        # the check says itself which counts split the batch unevenly
             warnings.simplefilter("ignore", UnevenBatchWarning)
