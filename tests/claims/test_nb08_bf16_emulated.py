@@ -1,10 +1,10 @@
 """Notebook 08, section 7's aside (cells 51-53): what emulated bfloat16 does to the twin's measured peak, measured as
 the notebook measures it (both CPU kernel families, each in processes of its own, the largest of 4 steps).
 
-Ninth read: the prose said "raised the peak, by 4 to 13%" under a committed +0% and +3%. The words now say "kept the
-peak within 1% or raised it, by up to 13%" (one run on a busy machine took 6% off), and the cell prints "kept"
-within 1%. This pins them to a run: where bf16 is emulated, no saving beyond the notebook's 15% tolerance (the
-estimate says 21%), and no rise beyond the records' 13% plus the peak's noise the notebook states."""
+Ninth read: the prose said "raised the peak, by 4 to 13%" under a committed +0% and +3%. The words now say "most kept
+the peak within 1% or raised it, by up to about 15%, and a few took a little off" (2% and 6% seen; 13.2% the largest
+rise seen), and the cell prints "kept" within 1%. This pins them to a run: where bf16 is emulated, no saving beyond
+the notebook's 15% tolerance (the estimate says 21%), and no rise beyond about 15% plus the peak's noise."""
 from __future__ import annotations
 
 from gputrain_kit import check, cpu_kernels
@@ -31,5 +31,5 @@ def test_emulated_bfloat16_saves_nothing_near_the_estimate_and_rises_at_most_by_
     assert "eigen" in emulated                              # Eigen emulates bf16 on every CPU
     for family, measured in emulated.items():
         change = measured["mixed_bfloat16"].peak_bytes / measured["float32"].peak_bytes - 1
-        assert -0.15 < change < 0.13 + 0.10, (family, change)   # cell 53's tolerance; the records' 13%, and noise
+        assert -0.15 < change < 0.15 + 0.10, (family, change)   # cell 53's tolerance; about 15%, and noise
         print(family, f"{change:+.1%}", _went(change))

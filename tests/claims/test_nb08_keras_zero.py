@@ -105,10 +105,10 @@ def test_the_prose_the_review_found_misleading_is_gone():
     for stale in ("in all of them but one", "in all but one, which took 6% off"):
         assert stale not in prose, stale
     assert ("Emulated bfloat16 saved nothing in the runs on record: most kept the peak within 1% or raised it, by up "
-            "to 13%, and a few took a little off (2% and, in a reader's run on a busy machine, 6%), nowhere near the "
+            "to about 15%, and a few took a little off (2% and, in a reader's run on a busy machine, 6%), nowhere near the "
             "estimate's 21%") in prose
     assert ("saved nothing on the twin: in the runs on record it mostly kept the measured peak within 1% or raised it "
-            "(by up to 13%), a few took 2 to 6% off, far from the estimate's 21%") in prose
+            "(by up to about 15%), a few took 2 to 6% off, far from the estimate's 21%") in prose
     code = _source("8e206f7e")
     assert '"kept the peak, within 1%" if abs(change) < 0.01' in code    # the sign's verdict, printed in every run
     assert "{change:+.1%}" in code
