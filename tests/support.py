@@ -78,3 +78,25 @@ def block(name="block"):
     out = keras.layers.Dense(8, name="head")(keras.layers.GlobalAveragePooling1D()(h + f))
     return keras.Model(tokens, out, name=name)
 '''
+
+
+def reduce_dispatch_recorder(tf: Any) -> tuple[Any, Any, list[str]]:
+    """For a child that asks which object a MirroredStrategy's reduce goes through (notebooks 00 and 02): a stand-in
+    for a replica's value as ``_reduce_to`` reads it (a device and a dtype), a cross-device-ops class whose calls are
+    recorded as "configured", and the record, to which ReductionToOneDevice's calls (patched here) add their name."""
+    ran: list[str] = []
+
+    class OnDevice:
+        def __init__(self, device: str):
+            self.device, self.dtype = device, tf.float32
+
+    class Configured(tf.distribute.HierarchicalCopyAllReduce):
+        def reduce(self, reduce_op, value, destinations, options=None):
+            ran.append("configured")
+
+        def batch_reduce(self, reduce_op, pairs, options=None):
+            ran.append("configured")
+
+    tf.distribute.ReductionToOneDevice.reduce = lambda self, *args, **kwargs: ran.append("ReductionToOneDevice")
+    tf.distribute.ReductionToOneDevice.batch_reduce = lambda self, *a, **k: ran.append("ReductionToOneDevice")
+    return OnDevice, Configured, ran

@@ -25,17 +25,8 @@ LIMITS = """
         block = tf.zeros((1024, 1024))                            # 4 MiB on CPU:1 only
     grown = {d[-5:]: (mem(d)["current"] - start[d]) / 2**20 for d in (cpu0, cpu1)}
 
-    class OnDevice:                      # a replica's value as _reduce_to reads it: a device and a dtype
-        def __init__(self, device):
-            self.device, self.dtype = device, tf.float32
-
-    ran = []
-
-    class Configured(tf.distribute.HierarchicalCopyAllReduce):
-        def reduce(self, reduce_op, value, destinations, options=None):
-            ran.append("configured")
-
-    tf.distribute.ReductionToOneDevice.reduce = lambda self, *args, **kwargs: ran.append("ReductionToOneDevice")
+    from support import reduce_dispatch_recorder
+    OnDevice, Configured, ran = reduce_dispatch_recorder(tf)
     s = tf.distribute.MirroredStrategy([cpu0, cpu1], cross_device_ops=Configured())
     replicas = [OnDevice(d) for d in (cpu0, cpu1)]
     s.extended._reduce_to(tf.distribute.ReduceOp.SUM, values_lib.PerReplica(replicas),

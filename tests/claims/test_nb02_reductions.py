@@ -152,21 +152,8 @@ DISPATCH = """
     import tensorflow as tf
     from tensorflow.python.distribute import cross_device_ops as cdo, values as values_lib
 
-    class OnDevice:                      # a replica's value as _reduce_to reads it: a device and a dtype
-        def __init__(self, device):
-            self.device, self.dtype = device, tf.float32
-
-    ran = []
-
-    class Configured(tf.distribute.HierarchicalCopyAllReduce):
-        def reduce(self, reduce_op, value, destinations, options=None):
-            ran.append("configured")
-
-        def batch_reduce(self, reduce_op, pairs, options=None):
-            ran.append("configured")
-
-    tf.distribute.ReductionToOneDevice.reduce = lambda self, *args, **kwargs: ran.append("ReductionToOneDevice")
-    tf.distribute.ReductionToOneDevice.batch_reduce = lambda self, *a, **k: ran.append("ReductionToOneDevice")
+    from support import reduce_dispatch_recorder
+    OnDevice, Configured, ran = reduce_dispatch_recorder(tf)
     s = tf.distribute.MirroredStrategy(kit.device_names(2), cross_device_ops=Configured())
     gpu = [f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in range(2)]
     options = tf.distribute.experimental.CommunicationOptions()
