@@ -34,7 +34,8 @@ def _backing(variable: Any) -> Any:
 
 
 def variable_devices(model: Any, strategy: Any | None = None) -> dict[str, list[str]]:
-    """For each variable of ``model``: the devices holding a copy (one per replica under a strategy)."""
+    """For each variable of ``model``: the devices holding a copy (one per replica for a model built under a
+    strategy's scope; the variable's own strategy is used when ``strategy`` is not given)."""
     if not hasattr(model, "weights"):
         raise ValueError(f"variable_devices: expected a Keras model or layer, got {type(model).__name__}.")
     if not getattr(model, "built", True) and not model.weights:
@@ -44,7 +45,8 @@ def variable_devices(model: Any, strategy: Any | None = None) -> dict[str, list[
     out: dict[str, list[str]] = {}
     for v in model.weights:
         tf_var = _backing(v)
-        copies = strategy.experimental_local_results(tf_var) if strategy is not None else [tf_var]
+        owner = strategy if strategy is not None else getattr(tf_var, "distribute_strategy", None)
+        copies = owner.experimental_local_results(tf_var) if owner is not None else [tf_var]
         out[v.path] = [short_device(c.device) for c in copies]
     return out
 

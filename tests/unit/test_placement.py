@@ -61,3 +61,25 @@ def test_run_on_replicas_refuses_a_batch_that_is_not_distributed():
     assert "EagerTensor of shape (16, 3)" in out["tensor"] and "ndarray of shape (16, 3)" in out["array"]
     assert out["distributed"] == [[f"CPU:{i}", [4, 3]] for i in range(4)]
     assert out["one replica"] == [["CPU:0", [16, 3]]]
+
+
+def test_variable_devices_finds_a_mirrored_models_copies_without_strategy():
+    """A model built under MirroredStrategy's scope: every copy is listed whether or not ``strategy=`` is passed (it
+    used to list replica 0's only); a model built outside the scope keeps one copy even with ``strategy=``."""
+    from conftest import last_json, run_python
+
+    out = last_json(run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=3)
+        import keras, tensorflow as tf
+        from gputrain_kit.placement import variable_devices
+        strategy = tf.distribute.MirroredStrategy(kit.device_names())
+        with strategy.scope():
+            inside = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="d")], name="inside")
+        outside = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, name="d")], name="outside")
+        print(json.dumps({"plain": variable_devices(inside), "given": variable_devices(inside, strategy),
+                          "outside": variable_devices(outside, strategy)}))
+    """))
+    three = ["CPU:0", "CPU:1", "CPU:2"]
+    assert out["plain"] == out["given"] == {"inside/d/kernel": three, "inside/d/bias": three}
+    assert out["outside"] == {"outside/d/kernel": ["CPU:0"], "outside/d/bias": ["CPU:0"]}
