@@ -181,21 +181,22 @@ def test_start_cases_leaves_the_kernel_a_core_by_default(monkeypatch):
     assert [r.outcome for r in results][:1] + [r.outcome for r in results][4:] == ["healthy"] * 2
 
 
-def test_forked_cases_report_what_a_fresh_interpreter_reports(monkeypatch):
+def test_forked_cases_report_what_a_fresh_interpreter_reports(both, monkeypatch):
     """On Linux each case runs in a child forked from one process that imported TensorFlow once (two at a
-    time here); a crash then costs no new import. The outcomes must be those of the plain path (one interpreter, a fresh one
-    after each crash), for a silent-NaN case and a crash that poisons its process."""
+    time: the module's ``both`` matrix ran so); a crash then costs no new import. The outcomes must be those of the
+    plain path (one interpreter, a fresh one after each crash), for a silent-NaN case and a crash that poisons its
+    process."""
     from gputrain_kit import batchnorm
 
     cases = [("dense", "scale=False", "last step empty"), ("conv", "synchronized", "last step empty"),
              ("dense", "synchronized", "last step empty")]
-    forked = batchnorm.run_cases(cases, processes=2, kernels="onednn")   # two forked children at a time
+    forked = [both.outcome(*case, kernels="onednn") for case in cases]
     monkeypatch.setenv("GPUTRAIN_FORK", "0")
     plain = batchnorm.run_cases(cases, processes=1, kernels="onednn")
-    for a, b in zip(forked.results, plain.results):
+    for a, b in zip(forked, plain.results):
         assert (a.outcome, a.nan_copies, a.nan_rows, a.later_fit[:40]) == (b.outcome, b.nan_copies, b.nan_rows,
                                                                          b.later_fit[:40]), (a, b)
-    assert [r.outcome for r in forked.results] == ["silent NaN", "crash", "healthy"]
+    assert [r.outcome for r in forked] == ["silent NaN", "crash", "healthy"]
 
 
 def users_dense():
