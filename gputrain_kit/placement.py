@@ -35,7 +35,11 @@ def _backing(variable: Any) -> Any:
 
 def variable_devices(model: Any, strategy: Any | None = None) -> dict[str, list[str]]:
     """For each variable of ``model``: the devices holding a copy (one per replica for a model built under a
-    strategy's scope; the variable's own strategy is used when ``strategy`` is not given)."""
+    strategy's scope; the variable's own strategy is used when ``strategy`` is not given).
+
+    Keyed by the variable's ``path``, in ``model.weights`` order. Two variables can share a path (a subclassed
+    model with two layers given the same name): the second is keyed ``"<path> (2)"``, the third ``"<path> (3)"``,
+    so every variable has its own entry."""
     if not hasattr(model, "weights"):
         raise ValueError(f"variable_devices: expected a Keras model or layer, got {type(model).__name__}.")
     if not getattr(model, "built", True) and not model.weights:
@@ -47,7 +51,11 @@ def variable_devices(model: Any, strategy: Any | None = None) -> dict[str, list[
         tf_var = _backing(v)
         owner = strategy if strategy is not None else getattr(tf_var, "distribute_strategy", None)
         copies = owner.experimental_local_results(tf_var) if owner is not None else [tf_var]
-        out[v.path] = [short_device(c.device) for c in copies]
+        key, k = v.path, 1
+        while key in out:
+            k += 1
+            key = f"{v.path} ({k})"
+        out[key] = [short_device(c.device) for c in copies]
     return out
 
 

@@ -11,11 +11,17 @@ parses it more loosely than ``value.split(",")`` suggests. The rules modelled he
   (``1gpu`` is 1).
 - Parsing stops at the first entry that is not a number, is negative, or is out
   of range; entries before it stay visible (CUDA programming guide: ``0,2,-1,1``
-  shows 0 and 2). So an empty value, or ``-1``, hides every GPU.
-- A repeated device makes the runtime show **no** GPU at all.
+  shows 0 and 2), without an error. With no GPU left (an empty value, ``-1``, an
+  out-of-range first entry) ``cuInit`` fails with CUDA_ERROR_NO_DEVICE (100).
+- A GPU repeated among the entries kept makes ``cuInit`` fail with
+  CUDA_ERROR_INVALID_DEVICE (101): CUDA does not start, so the process has no GPU
+  (TensorFlow logs "failed call to cuInit" and runs without GPUs). A repeat after
+  the entry that stopped parsing is never read: on 8 GPUs ``0,9,0`` shows GPU 0.
+  (PyTorch's parser checks repeats first; a real driver did not, see DRIVER_RECORD.)
 - ``GPU-`` UUIDs (as printed by ``nvidia-smi -L``) may be abbreviated to any
-  unambiguous prefix; an ambiguous or unknown prefix stops parsing like an
-  invalid ordinal. A list that starts with UUIDs stops at the first non-UUID.
+  unambiguous prefix; an ambiguous or unknown prefix, or a bare ``GPU-``, stops
+  parsing like an invalid ordinal. A list that starts with UUIDs stops at the
+  first non-UUID.
 - ``MIG-`` entries select a MIG instance; only a single MIG instance can be
   enumerated (CUDA programming guide), later entries are ignored.
 - The ordinals are CUDA's numbering of the GPUs, which is not always
@@ -34,7 +40,9 @@ Sources: CUDA C++ Programming Guide, "CUDA Environment Variables"
 (``_parse_visible_devices``, ``_transform_uuid_to_ordinals``,
 ``_device_count_nvml``), which mirrors the runtime's parser to count devices
 without initialising CUDA; the same guide's CUDA_DEVICE_ORDER entry. The tests
-cite the cases they take from each.
+cite the cases they take from each. Where PyTorch's mirror and the driver differ
+(a repeat after an out-of-range entry, a bare ``GPU-``), the model follows the
+driver as measured (``DRIVER_RECORD``: one H200, one driver, 2026).
 
 Everything here is pure Python except :func:`measured_numbering`, which starts a
 child process with TensorFlow and calls ``nvidia-smi`` (GPU machines only).
@@ -45,15 +53,41 @@ import hashlib
 import html
 import numbers
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Any, NamedTuple, Sequence
 
 from ._args import ArgumentTypeError, short, typed
 
 __all__ = ["parse_cuda_visible_devices", "Visibility", "Entry", "example_uuids", "DEVICE_ORDERS", "cuda_numbering",
-           "example_fastest_first", "normalise_bus_id", "measured_numbering"]
+           "example_fastest_first", "normalise_bus_id", "measured_numbering", "CUDA_ERRORS", "DRIVER_RECORD",
+           "driver_comparison", "driver_report"]
 
 #: The values of CUDA_DEVICE_ORDER the model knows (None: the variable is unset, i.e. FASTEST_FIRST).
 DEVICE_ORDERS = ("FASTEST_FIRST", "PCI_BUS_ID")
+
+#: cuInit's results the model predicts (0, CUDA_SUCCESS, otherwise).
+CUDA_ERRORS = {"CUDA_ERROR_NO_DEVICE": 100, "CUDA_ERROR_INVALID_DEVICE": 101}
+
+#: A real driver's answers: 1 x NVIDIA H200, driver 580.159.04, 2026-11-28, each value in a fresh process that called
+#: cuInit(0) and then cuDeviceGetCount through ctypes. (value, cuInit's result, GPUs counted: 0 where cuInit failed).
+#: "<uuid>" is the GPU's UUID, "<p8>" and "<p5>" its first 8 and 5 characters. One driver, one GPU: the rules for
+#: several GPUs (renumbering, a stop before a later valid GPU) are the model's reading of the sources, not measured.
+DRIVER_RECORD: dict[str, Any] = {
+    "label": "1 x NVIDIA H200, driver 580.159.04, 2026-11-28 (cuInit and cuDeviceGetCount, a fresh process per value)",
+    "results": ((None, 0, 1), ("0", 0, 1), ("0,1,0", 0, 1), ("0,2,0", 0, 1), ("0,9,0", 0, 1), ("0,x,0", 0, 1),
+                ("0,-1,0", 0, 1), ("0,1", 0, 1), ("0,GPU-", 0, 1), ("0,<p8>", 0, 1), ("<uuid>", 0, 1), ("<p8>", 0, 1),
+                ("<p5>", 0, 1), ("<p8>,1", 0, 1), ("<p8>,0,<p8>", 0, 1), ("<p8>,GPU-zz,<p8>", 0, 1),
+                ("<p8>,GPU-", 0, 1), ("", 100, 0), ("-1", 100, 0), ("9", 100, 0), ("1,0", 100, 0), ("1gpu", 100, 0),
+                ("GPU-", 100, 0), ("GPU-,0", 100, 0), ("GPU-,<p8>", 100, 0), ("GPU-ffff", 100, 0), ("0,0", 101, 0),
+                ("0, 0", 101, 0), ("0gpu,0", 101, 0), ("0,0,1", 101, 0), ("0,0,9", 101, 0), ("<p8>,<p8>", 101, 0)),
+}
+
+
+class DriverRow(NamedTuple):
+    """One value of DRIVER_RECORD: (cuInit's result, GPUs counted) from the driver and from the model."""
+
+    value: str | None
+    driver: tuple[int, int]
+    model: tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -78,6 +112,12 @@ class Visibility:
     summary: str
     device_order: str | None = None   # CUDA_DEVICE_ORDER (None: unset, which means FASTEST_FIRST)
     numbering: tuple[int | None, ...] = ()   # CUDA ordinal k -> nvidia-smi index (None: unknown)
+    cuda_error: str | None = None     # how cuInit fails (a key of CUDA_ERRORS); None: CUDA starts
+
+    @property
+    def cuinit(self) -> int:
+        """What cuInit returns: 0 (CUDA starts), 100 (no GPU left) or 101 (a repeated GPU)."""
+        return CUDA_ERRORS[self.cuda_error] if self.cuda_error else 0
 
     @property
     def smi(self) -> tuple[int | None, ...]:
@@ -319,29 +359,39 @@ def parse_cuda_visible_devices(value: str | None, physical: int | Sequence[str],
         result = _parse_uuids(value, n, uuids)
     else:
         result = _parse_ordinals(value, n)
+    if not result.count and result.cuda_error is None:
+        result = replace(result, cuda_error="CUDA_ERROR_NO_DEVICE")
     return replace(result, device_order=device_order, numbering=numbering)
 
 
-def _finish(value: str, n: int, entries: list[Entry], visible: list[int | None], empty_reason: str = "") -> Visibility:
+def _finish(value: str, n: int, entries: list[Entry], visible: list[int | None], repeated: int | None = None) -> Visibility:
     shown = f"CUDA_VISIBLE_DEVICES={value!r}"
-    if empty_reason:
-        entries = [Entry(e.text, "dropped", e.physical, None, e.reason or "hidden: a later entry repeats this GPU")
-                   for e in entries]
-        return Visibility(value, n, tuple(entries), (), f"{shown}: no GPU visible ({empty_reason})")
+    if repeated is not None:
+        entries = [Entry(e.text, "dropped", e.physical, None, e.reason or f"hidden: CUDA does not start (GPU "
+                         f"{repeated} is listed twice)") for e in entries]
+        return Visibility(value, n, tuple(entries), (), f"{shown}: no GPU visible (GPU {repeated} is listed twice: "
+                          "cuInit fails with CUDA_ERROR_INVALID_DEVICE, so CUDA does not start; TensorFlow logs "
+                          "'failed call to cuInit' and runs without GPUs)", cuda_error="CUDA_ERROR_INVALID_DEVICE")
     if not visible:
-        return Visibility(value, n, tuple(entries), (), f"{shown}: no GPU visible")
+        return Visibility(value, n, tuple(entries), (), f"{shown}: no GPU visible (cuInit fails with "
+                          "CUDA_ERROR_NO_DEVICE; TensorFlow runs without GPUs)", cuda_error="CUDA_ERROR_NO_DEVICE")
     return Visibility(value, n, tuple(entries), tuple(visible), f"{shown}: {len(visible)} of {n} GPU(s) visible")
 
 
-def _stop(entries: list[Entry], rest: list[str], reason: str) -> None:
+def _stop(entries: list[Entry], rest: list[str], reason: str, after: str = "after an entry that stopped parsing") -> None:
     entries.append(Entry(rest[0], "dropped", None, None, reason))
-    entries.extend(Entry(t, "dropped", None, None, "after an entry that stopped parsing") for t in rest[1:])
+    entries.extend(Entry(t, "dropped", None, None, after) for t in rest[1:])
+
+
+_AFTER_REPEAT = "not read: the repeat before it already makes cuInit fail"
 
 
 def _parse_ordinals(value: str, n: int) -> Visibility:
+    """In list order, like the driver: stop at the first entry that is not a number, is negative or is out of range;
+    a GPU repeated among the entries before that stop makes cuInit fail (measured: DRIVER_RECORD)."""
     texts = value.split(",")
     entries: list[Entry] = []
-    parsed: list[int] = []
+    kept: list[int | None] = []
     for i, text in enumerate(texts):
         number, note = _strtoul(text)
         if number is None:
@@ -351,31 +401,19 @@ def _parse_ordinals(value: str, n: int) -> Visibility:
         if number < 0:
             _stop(entries, texts[i:], f"negative ({number}): parsing stops here")
             break
-        if number in parsed:
-            entries.append(Entry(text, "dropped", number, None, f"GPU {number} is repeated"))
-            return _finish(value, n, entries, [], empty_reason=f"GPU {number} is listed twice, and a repeated "
-                           "device makes the CUDA runtime show no GPU at all")
-        parsed.append(number)
-        entries.append(Entry(text, "visible", number, len(parsed) - 1, note))
-    visible: list[int | None] = []
-    for k, entry in enumerate(entries):
-        if entry.status != "visible":
-            continue
-        if entry.physical is not None and entry.physical >= n:  # range is checked after parsing, against the real device count
-            bad = [e for e in entries[k:]]
-            entries[k:] = [Entry(bad[0].text, "dropped", None, None,
-                                 f"out of range (the server has {n} GPU(s): 0-{n - 1}): parsing stops here")]
-            entries += [Entry(e.text, "dropped", None, None, e.reason if e.status == "dropped"
-                              else "after an entry that stopped parsing") for e in bad[1:]]
+        if number >= n:
+            _stop(entries, texts[i:], f"out of range (the server has {n} GPU(s)"
+                  f"{f': 0-{n - 1}' if n else ''}): parsing stops here")
             break
-        visible.append(entry.physical)
-    return _finish(value, n, entries, visible)
+        if number in kept:
+            _stop(entries, texts[i:], f"GPU {number} is repeated", _AFTER_REPEAT)
+            return _finish(value, n, entries, [], repeated=number)
+        kept.append(number)
+        entries.append(Entry(text, "visible", number, len(kept) - 1, note))
+    return _finish(value, n, entries, kept)
 
 
 def _parse_uuids(value: str, n: int, uuids: list[str] | None) -> Visibility:
-    if uuids is None:
-        raise ValueError("GPU- UUID entries need the machine's UUIDs: pass physical=[...] as printed by "
-                         "`nvidia-smi -L` (or gputrain_kit.visibility.example_uuids(8) for an imaginary server).")
     texts = value.split(",")
     entries: list[Entry] = []
     visible: list[int | None] = []
@@ -383,6 +421,12 @@ def _parse_uuids(value: str, n: int, uuids: list[str] | None) -> Visibility:
         if not text.startswith("GPU-"):
             _stop(entries, texts[i:], "not a GPU- UUID in a UUID list: parsing stops here")
             break
+        if text == "GPU-":     # the driver matched no GPU (DRIVER_RECORD), though every UUID starts so
+            _stop(entries, texts[i:], "a bare 'GPU-' (an empty UUID prefix) matches no GPU: parsing stops here")
+            break
+        if uuids is None:
+            raise ValueError("GPU- UUID entries need the machine's UUIDs: pass physical=[...] as printed by "
+                             "`nvidia-smi -L` (or gputrain_kit.visibility.example_uuids(8) for an imaginary server).")
         matches = [k for k, u in enumerate(uuids) if u.startswith(text)]
         if not matches:
             _stop(entries, texts[i:], "matches no GPU's UUID: parsing stops here")
@@ -393,9 +437,8 @@ def _parse_uuids(value: str, n: int, uuids: list[str] | None) -> Visibility:
             break
         phys = matches[0]
         if phys in visible:
-            entries.append(Entry(text, "dropped", phys, None, f"GPU {phys} is repeated"))
-            return _finish(value, n, entries, [], empty_reason=f"GPU {phys} is listed twice, and a repeated "
-                           "device makes the CUDA runtime show no GPU at all")
+            _stop(entries, texts[i:], f"GPU {phys} is repeated", _AFTER_REPEAT)
+            return _finish(value, n, entries, [], repeated=phys)
         note = "" if text == uuids[phys] else f"unambiguous prefix of CUDA GPU {phys}'s UUID"
         visible.append(phys)
         entries.append(Entry(text, "visible", phys, len(visible) - 1, note))
@@ -414,3 +457,33 @@ def _parse_mig(value: str, n: int, uuids: list[str] | None) -> Visibility:
     entries += [Entry(t, "dropped", None, None, "only a single MIG instance can be enumerated")
                 for t in texts[1:]]
     return Visibility(value, n, tuple(entries), (phys,), f"CUDA_VISIBLE_DEVICES={value!r}: 1 MIG instance visible")
+
+
+def driver_comparison() -> list[DriverRow]:
+    """Every value of DRIVER_RECORD with the driver's (cuInit's result, GPU count) and the model's, on a one-GPU
+    machine whose UUID is ``example_uuids(1)[0]`` (standing for the real GPU's)."""
+    uuid = example_uuids(1)[0]
+    rows = []
+    for value, init, count in DRIVER_RECORD["results"]:
+        text = None if value is None else value.replace("<uuid>", uuid).replace("<p8>", uuid[:8]).replace("<p5>", uuid[:5])
+        v = parse_cuda_visible_devices(text, [uuid])
+        rows.append(DriverRow(value, (init, count), (v.cuinit, v.count)))
+    return rows
+
+
+def driver_report() -> str:
+    """The model beside the real driver of DRIVER_RECORD: how many values agree, the values grouped by the driver's
+    answer, and any value where the two differ."""
+    rows = driver_comparison()
+    names = {0: "CUDA starts", **{code: name for name, code in CUDA_ERRORS.items()}}
+    lines = [f"Measured on {DRIVER_RECORD['label']};",
+             "<uuid> is the GPU's UUID, <p8> and <p5> its first 8 and 5 characters.",
+             f"The kit's model agrees with the driver on {sum(r.driver == r.model for r in rows)} of {len(rows)} values:"]
+    for answer in sorted({r.driver for r in rows}):
+        lines.append(f"  cuInit {answer[0]} ({names.get(answer[0], '?')}), {answer[1]} GPU(s):")
+        for value in ("<unset>" if r.value is None else repr(r.value) for r in rows if r.driver == answer):
+            if len(lines[-1]) + len(value) >= 110:      # wrap between values, never inside one ('0, 0')
+                lines.append("     ")
+            lines[-1] += " " + value
+    lines += [f"  differs: {r.value!r}: driver {r.driver}, model {r.model}" for r in rows if r.driver != r.model]
+    return "\n".join(lines)

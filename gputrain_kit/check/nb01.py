@@ -70,7 +70,9 @@ def nb01_count_with_garbage(answer: Any) -> Verdict:
     if got.refusal is not None:
         return got.refusal
     right = parse_cuda_visible_devices("3,1,3", 8).count
-    return verdict(answer, got.value == right, f"{right}: a device listed twice hides every GPU, without an error.",
+    return verdict(answer, got.value == right, f"{right}: GPU 3 is listed twice, so cuInit fails "
+                   "(CUDA_ERROR_INVALID_DEVICE) and CUDA does not start: TensorFlow logs 'failed call to cuInit' and "
+                   "runs without GPUs.",
                    "What does the runtime do when the same device appears twice in the list?")
 
 

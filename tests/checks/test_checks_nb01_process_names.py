@@ -38,3 +38,10 @@ def test_smi_behind_refuses_pytorchs_name_with_a_hint(answer):
 @pytest.mark.parametrize("answer", ["GPU 7", "nvidia-smi GPU 7", 7, "7"])
 def test_smi_behind_still_reads_nvidia_smis_number(answer):
     assert kit.check.nb01_smi_behind(answer)
+
+
+def test_count_with_garbage_says_a_repeat_makes_cuda_fail_not_silence():
+    """Review 10: a GPU listed twice makes cuInit fail (CUDA_ERROR_INVALID_DEVICE); the answer stays 0."""
+    got = kit.check.nb01_count_with_garbage(0)
+    assert got and "CUDA_ERROR_INVALID_DEVICE" in repr(got) and "failed call to cuInit" in repr(got)
+    assert "without an error" not in repr(got)

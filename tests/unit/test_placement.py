@@ -83,3 +83,30 @@ def test_variable_devices_finds_a_mirrored_models_copies_without_strategy():
     three = ["CPU:0", "CPU:1", "CPU:2"]
     assert out["plain"] == out["given"] == {"inside/d/kernel": three, "inside/d/bias": three}
     assert out["outside"] == {"outside/d/kernel": ["CPU:0"], "outside/d/bias": ["CPU:0"]}
+
+
+def test_variable_devices_keeps_variables_that_share_a_path():
+    """Two layers given the same name in a subclassed model give their variables the same ``path``: keyed by path
+    alone, 6 weights came back as 4 entries. Every variable now has its own key, the repeats suffixed " (2)", in
+    ``model.weights`` order; the result stays a dict of device lists."""
+    import keras
+
+    from gputrain_kit.placement import variable_devices
+
+    class Twin(keras.Model):
+        def __init__(self):
+            super().__init__(name="twin")
+            self.first, self.second = keras.layers.Dense(3, name="proj"), keras.layers.Dense(3, name="proj")
+            self.third, self.out = keras.layers.Dense(3, name="proj"), keras.layers.Dense(2, name="out")
+
+        def call(self, x):
+            return self.out(self.third(self.second(self.first(x))))
+
+    model = Twin()
+    model(keras.ops.ones((2, 4)))
+    assert len(model.weights) == 8 and len({w.path for w in model.weights}) == 4     # the paths do collide
+    devices = variable_devices(model)
+    assert list(devices) == ["twin/proj/kernel", "twin/proj/bias", "twin/proj/kernel (2)", "twin/proj/bias (2)",
+                             "twin/proj/kernel (3)", "twin/proj/bias (3)", "twin/out/kernel", "twin/out/bias"]
+    assert all(isinstance(where, list) and len(where) == 1 and where[0].startswith("CPU:")
+               for where in devices.values())

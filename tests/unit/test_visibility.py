@@ -13,6 +13,8 @@ Sources, cited per case:
           empty set"; "Negative value aborts the sequence"; the list is trimmed at the first ordinal
           >= the device count; an ambiguous or unknown UUID prefix stops parsing; a UUID list stops
           at the first entry without the prefix; duplicate UUIDs give the empty set.
+  [driver] a real driver (test_visibility_driver.py, DRIVER_RECORD): where it and [torch] differ, the model
+          follows the driver.
   [order] the same guide, CUDA_DEVICE_ORDER: FASTEST_FIRST (the default) "causes CUDA to enumerate
           the available devices in fastest to slowest order, using a simple heuristic"; PCI_BUS_ID
           "orders devices by PCI bus ID in ascending order" (nvidia-smi's order).
@@ -74,7 +76,9 @@ def test_uuid_rules():
     assert list(full.visible) == [5, 2]                             # [guide] UUIDs, in list order
     short = parse(f"{UUIDS[5][:8]},{UUIDS[2][:10]}", UUIDS)
     assert list(short.visible) == [5, 2]                            # [guide] unambiguous prefixes
-    assert list(parse("GPU-", UUIDS).visible) == []                 # [torch] ambiguous prefix stops
+    assert list(parse("GPU-", UUIDS).visible) == []                 # [driver] a bare GPU- matches no GPU
+    assert list(parse(f"{UUIDS[1]},GPU-", UUIDS).visible) == [1]    # [driver] ...and stops there, not a repeat
+    assert list(parse("GPU-a", UUIDS).visible) == []                # [torch] ambiguous prefix (GPU 3, 6) stops
     assert list(parse(f"{UUIDS[1]},GPU-ffffffff", UUIDS).visible) == [1]   # [torch] unknown prefix stops
     assert list(parse(f"{UUIDS[1]},0,{UUIDS[2]}", UUIDS).visible) == [1]   # [torch] non-UUID stops a UUID list
     assert list(parse(f"{UUIDS[1]},{UUIDS[1][:9]}", UUIDS).visible) == []  # [torch] duplicate -> empty set
