@@ -279,37 +279,54 @@ def _read_collision(base: Explanation, text: str, plan: Plan | None) -> Explanat
 
 
 def _read_uneven(base: Explanation, text: str, plan: Plan | None) -> Explanation:
+    """The error carries the first batch's split, not where that batch came from: the global batch, or a whole data
+    set smaller than the batch (validation data, or evaluate's), which the explanation says when no plan tells."""
     shapes = _addn_shapes(text)
     replicas_found = re.search(r"AddN_N_(\d+)_device", text)
     replicas = int(replicas_found[1]) if replicas_found else (len(plan[0]) if plan else None)
     here, fix = [], ""
     split: list[int] | None = None
+    even_plan = plan is not None and len(set(plan[0])) == 1
+    kits = re.search(r"Keras 3 fit failed: global batch \d+ over", text)    # train_digits: the global batch, known
     if shapes:
         i, a, j, b = shapes
-        here.append(f"Here replica {i}'s first batch had {_plural(a[0], 'sample')} and replica {j}'s {b[0]} "
-                    f"(tensors {_tf(a)} and {_tf(b)}).")
         split = _ceil_split(a[0], j, b[0], replicas) if i == 0 else None
-        if split:
-            here.append(f"On {replicas} replicas, filled in order: a first global batch of {sum(split)} split "
-                        f"{_split(split)}.")
+        here.append(f"Here replica {i}'s first batch had {_plural(a[0], 'sample')} and replica {j}'s {b[0]} "
+                    f"(tensors {_tf(a)} and {_tf(b)})" + (
+                        f": on {replicas} replicas, filled in order, a first batch of {sum(split)} split "
+                        f"{_split(split)}" if split else "") + (
+                        ", which is the global batch or, when a data set (often the validation data) is smaller "
+                        "than the batch, that whole set." if split and plan is None and not kits else "."))
     if plan is not None:
-        if len(set(plan[0])) > 1:
+        if not even_plan:
             here.append(f"In the plan passed, step 1 splits {_plural(sum(plan[0]), 'sample')} {_split(plan[0])}.")
             split = split or plan[0]
         else:
-            here.append(f"The plan passed splits step 1 evenly {_split(plan[0])}: is it the plan of this run?")
-    if shapes and plan is not None and len(set(plan[0])) > 1 and split and split != plan[0]:
-        here.append("The error's first batch is not the plan's step 1: is it the plan of this run?")
-    planned = _plan_fix(plan) if plan is not None and len(set(plan[0])) > 1 else ""
+            here.append(f"The plan passed splits step 1 evenly {_split(plan[0])}: so the batch that failed is "
+                        "another data set's first batch, such as validation data (or evaluate's) smaller than the "
+                        "batch, or the plan is not this run's.")
+    if shapes and plan is not None and not even_plan and split and split != plan[0]:
+        here.append("The error's first batch is not the plan's step 1: is it the plan of this run, or was it the "
+                    "validation data's?")
+    planned = _plan_fix(plan) if plan is not None and not even_plan else ""
     if planned:                                          # the plan's numbers: batches the data fill
         fix = planned
     elif split:
         batch, count = sum(split), len(split)
         below = batch - batch % count
         choices = f"{below} or {below + count}" if below else f"{count} or {2 * count}"
-        fix = f"Here: {choices} instead of {batch} on {count} replicas, if the data hold that many samples" + (
-            " (to have the data's size taken into account, pass the run's plan: kit.explain(err, "
-            "plan=kit.plan_batches(n_samples, global_batch, replicas)))." if plan is None else ".")
+        smaller = (f", or a `validation_batch_size` (`batch_size` in `evaluate`) that is a multiple of {count} and at "
+                   f"most {batch}" if below else "")
+        as_set = f"{below} samples ({below + count} if the data hold that many)" if below else f"{choices} samples"
+        plan_it = (" (pass the run's plan, kit.explain(err, plan=kit.plan_batches(n_samples, global_batch, replicas)), "
+                   "to have the training data's size taken into account)." if plan is None else ".")
+        if even_plan:
+            fix = f"Here: validation data (or evaluate's) of {as_set} instead of {batch}{smaller}."
+        elif kits:
+            fix = f"Here: {choices} instead of {batch} on {count} replicas, if the data hold that many samples{plan_it}"
+        else:
+            fix = (f"Here: as the global batch, {choices} instead of {batch} on {count} replicas; as a data set "
+                   f"smaller than the batch (validation data, say), {as_set}{smaller}{plan_it}")
     return _with(base, why=" ".join(here), fix=fix)
 
 

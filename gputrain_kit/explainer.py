@@ -109,13 +109,16 @@ _ENTRIES = (
         "uneven-replica-batches",
         "Keras 3 could not average the replicas' first batches: their sizes differ, and adding their tensors "
         "(AddN) needs equal shapes.",
-        "Before its first step, each `fit` (or `evaluate`) under a strategy reduces the replicas' first batches "
-        "to their mean to learn the input shapes (`_maybe_symbolic_build`, keras/src/backend/tensorflow/"
-        "trainer.py), and tf.distribute gives each replica ceil(b / replicas) of a global batch of b, in order. "
-        "Only that averaging needs equal batches: an uneven later step trains in `fit`, and a custom loop "
-        "(`strategy.run`) trains on the same batches.",
-        "make the first global batch a multiple of the replica count (`strategy.num_replicas_in_sync`); "
-        "fixed-size batches (`drop_remainder=True`) also keep later steps from leaving a replica empty.",
+        "Before it runs, each `fit` and each `evaluate` under a strategy (the validation `fit` runs after each epoch "
+        "included) reduces the replicas' first batch of its data to their mean to learn the input shapes "
+        "(`_maybe_symbolic_build`, keras/src/backend/tensorflow/trainer.py); tf.distribute gives each replica "
+        "ceil(b / replicas) of a batch of b, in order, and a data set smaller than the batch is its own first batch. "
+        "Only that first batch needs equal shares: an uneven later step runs, and a custom loop (`strategy.run`) "
+        "trains on the same batches.",
+        "make the first batch of every data set `fit` and `evaluate` see a multiple of the replica count "
+        "(`strategy.num_replicas_in_sync`): the global batch, and the size of a training or validation set smaller "
+        "than the batch (or pass a `validation_batch_size` that is such a multiple and at most the validation set's "
+        "size); fixed-size batches (`drop_remainder=True`) also keep later steps from leaving a replica empty.",
         "notebook 02, section 5"),
         (r"AddN\b.{0,40}must have the same size and shape",),
         _read_uneven),

@@ -30,7 +30,8 @@ _strategies: dict[int, Any] = {}
 
 
 class UnevenBatchError(ValueError):
-    """Keras 3 ``fit`` refused a global batch whose first step splits unevenly over the replicas."""
+    """Keras 3 ``fit`` refused a first batch (the global batch, or all the data where they fill less than one)
+    that splits unevenly over the replicas."""
 
 
 def strategy_for(replicas: int):
@@ -156,11 +157,18 @@ def train_digits(replicas: int, global_batch: int, *, epochs: int = 3, learning_
                 callback.on_epoch_end(0)              # never leave the profiler running
     except Exception as err:  # tf.errors.InvalidArgumentError, checked by message to keep TF out of this module's imports
         if "AddN" in str(err) and len(set(plan[0])) > 1:
+            first = sum(plan[0])
+            fits = n_train - n_train % replicas         # the largest global batch the data fill, split evenly
+            whole = first == global_batch
+            where = (f"global batch {global_batch} over {replicas} replicas splits unevenly {plan[0]}" if whole
+                     else f"the {n_train} training samples fill less than one global batch of {global_batch}, so the "
+                          f"first batch is all of them, and over {replicas} replicas it splits unevenly {plan[0]}")
+            fix = ("Use a global batch divisible by the replica count." if whole else
+                   f"Use a global batch divisible by the replica count and at most {fits}.")
             raise UnevenBatchError(
-                f"Keras 3 fit failed: global batch {global_batch} over {replicas} replicas splits unevenly "
-                f"{plan[0]}, and Keras 3 cannot run a first step whose per-replica batches differ in shape "
-                "(InvalidArgumentError: Inputs to operation AddN ... must have the same size and shape; "
-                "compare keras-team/keras#19246). Use a global batch divisible by the replica count.") from err
+                f"Keras 3 fit failed: {where}, and Keras 3 cannot run a first batch whose per-replica shares differ in "
+                "shape (InvalidArgumentError: Inputs to operation AddN ... must have the same size and shape; "
+                f"compare keras-team/keras#19246). {fix}") from err
         raise
     # Score once at the end, outside the strategy's distributed loop (validating inside fit re-creates a
     # distributed iterator every epoch, which costs more than the training itself on small data).
@@ -260,10 +268,10 @@ def slowdown_band(ratio: float) -> str:
 
 @dataclass(frozen=True)
 class Reduction:
-    """One reduction TensorFlow ran between devices: ``kind`` "all-reduce" (``CrossDeviceOps.batch_reduce``: what
-    ``ReplicaContext.all_reduce`` calls, and so the gradients' sum in Keras's optimizer) or "reduce"
-    (``CrossDeviceOps.reduce``: what ``strategy.reduce`` and reading a metric's per-replica variables call);
-    ``dtype`` of the value; ``op``: the class of the cross-device op that really ran it."""
+    """One reduction TensorFlow ran between devices: ``kind`` "all-reduce" when the sum goes back to exactly the devices
+    that hold the value (``ReplicaContext.all_reduce``, and so the gradients' sum in Keras's optimizer) or "reduce"
+    when it goes anywhere else (one place, such as the host CPU of ``strategy.reduce`` and of reading a metric's
+    per-replica variables); ``dtype`` of the value; ``op``: the class of the cross-device op that really ran it."""
 
     kind: str
     dtype: str
@@ -298,38 +306,68 @@ def record_reductions() -> Iterator[ReductionLog]:
 
     A MirroredStrategy's configured op (``cross_device_ops=``, or the default ``CollectiveAllReduce``; what
     ``kit.parallel.reduction_in_use`` names) is not used for every reduction. In TensorFlow's
-    ``mirrored_strategy.py`` (2.21): a ``reduce_to`` (``strategy.reduce``, which reduces to the host CPU unless a
-    ``tf.device`` scope names another device, and reading a metric's per-replica variables) goes through
-    ``ReductionToOneDevice`` whenever a destination is a CPU or the destinations are not exactly the value's own
-    devices (``_reduce_to``; ``_devices_match`` compares the two sets, so with 2 or more replicas every reduction to
-    one place, even to a replica's own GPU): on CPU devices, every one. Any int32 value goes through
-    ``ReductionToOneDevice`` too, in all-reduces as well (``_get_cross_device_ops``). The configured op runs the
-    other all-reduces, such as the gradients' sum, and a ``reduce_to`` onto all of the value's own GPUs. (Under XLA, on GPUs only, every reduction uses
-    the collective.)
+    ``mirrored_strategy.py`` (2.21), ``_reduce_to`` (``strategy.extended.reduce_to``: ``strategy.reduce``, which
+    reduces to the host CPU unless a ``tf.device`` scope names another device, and reading a metric's per-replica
+    variables) sends a reduction through ``ReductionToOneDevice`` whenever a destination is a CPU or the destinations
+    are not exactly the value's own devices (``_devices_match`` compares the two sets, so with 2 or more replicas
+    every reduction to one place, even to a replica's own GPU): on CPU devices, every one. ``_batch_reduce_to``
+    (``strategy.extended.batch_reduce_to``: ``ReplicaContext.all_reduce``, the gradients' sum) has no such check: it
+    hands the configured op its sums wherever they go (the collective all-reduces, then copies the result to a
+    destination of one device; ``HierarchicalCopyAllReduce`` and ``NcclAllReduce`` pass such a sum on to
+    ``ReductionToOneDevice`` themselves, and the log shows that inner call instead). Any int32 value goes through
+    ``ReductionToOneDevice``, in both (``_get_cross_device_ops``). (Under XLA, on GPUs only, every reduction uses the
+    collective.)
 
-    It wraps ``tf.distribute.CrossDeviceOps.reduce`` and ``batch_reduce`` (the methods every cross-device op
-    inherits) while the block runs. Python code is recorded as it runs: a ``tf.function``'s reductions when it is
-    traced, not on later calls, so record a fresh model's first ``fit``.
+    A reduction's kind is read from its destinations: "all-reduce" when they are exactly the value's devices,
+    "reduce" otherwise, whichever method ran it. It wraps ``tf.distribute.CrossDeviceOps.reduce`` and
+    ``batch_reduce`` (the methods every cross-device op inherits) while the block runs. Python code is recorded as it
+    runs: a ``tf.function``'s reductions when it is traced, not on later calls, so record a fresh model's first
+    ``fit``.
     """
+    import threading
+
     import tensorflow as tf
+    from tensorflow.python.distribute import cross_device_ops as cdo   # _devices_match: the sets TensorFlow compares
 
     base = tf.distribute.CrossDeviceOps
     log = ReductionLog()
     reduce, batch_reduce = base.__dict__["reduce"], base.__dict__["batch_reduce"]
+    calls = threading.local()          # the values handed on by the call in progress (a reduce inside a reduce)
 
     def dtype_of(value: Any) -> str:
         values = getattr(value, "values", None)       # a PerReplica's tuple (an IndexedSlices' is a tensor)
         first = values[0] if isinstance(values, tuple) and values else value
         return getattr(getattr(first, "dtype", None), "name", type(first).__name__)
 
+    def kind_of(ops: Any, value: Any, destinations: Any, default: str) -> str:
+        try:
+            same = cdo._devices_match(value, destinations, getattr(ops, "_canonicalize_devices", True))
+        except Exception:              # not a value TensorFlow reads devices from: it refuses it itself
+            return default
+        return "all-reduce" if same else "reduce"
+
+    def recorded(ops: Any, pairs: list, default: str, run: Callable[[], Any]) -> Any:
+        outer = getattr(calls, "inner", None)
+        inner: list[int] = []
+        calls.inner = inner
+        at = len(log)
+        try:
+            return run()
+        finally:
+            calls.inner = outer
+            if outer is not None:
+                outer.extend(id(value) for value, _ in pairs)
+            handed_on = set(inner)     # an inner call ran these (AllReduceCrossDeviceOps, to one place): counted once
+            log[at:at] = [Reduction(kind_of(ops, value, to, default), dtype_of(value), type(ops).__name__)
+                          for value, to in pairs if id(value) not in handed_on]
+
     def recording_reduce(self, reduce_op, per_replica_value, destinations, options=None):
-        log.append(Reduction("reduce", dtype_of(per_replica_value), type(self).__name__))
-        return reduce(self, reduce_op, per_replica_value, destinations, options)
+        return recorded(self, [(per_replica_value, destinations)], "reduce",
+                        lambda: reduce(self, reduce_op, per_replica_value, destinations, options))
 
     def recording_batch_reduce(self, reduce_op, value_destination_pairs, options=None):
         pairs = list(value_destination_pairs)
-        log.extend(Reduction("all-reduce", dtype_of(value), type(self).__name__) for value, _ in pairs)
-        return batch_reduce(self, reduce_op, pairs, options)
+        return recorded(self, pairs, "all-reduce", lambda: batch_reduce(self, reduce_op, pairs, options))
 
     base.reduce, base.batch_reduce = recording_reduce, recording_batch_reduce
     try:

@@ -1,6 +1,6 @@
 """Notebook 00, "Simulated devices: what they show and what they cannot": besides speed, simulated devices cannot
 show each device's memory (one allocator for all logical CPUs), which op runs a reduce on GPUs (on CPUs every reduce
-takes ReductionToOneDevice) and the GPU-only paths (NCCL; XLA's collective path needs every device to be a GPU).
+through ``reduce_to`` takes ReductionToOneDevice) and the GPU-only paths (NCCL; XLA's collective path needs every device to be a GPU).
 Each is checked here against TensorFlow itself, and the notebook says so instead of "only NCCL is missing"."""
 from __future__ import annotations
 
@@ -67,7 +67,9 @@ def test_notebook_00_lists_what_simulated_devices_cannot_show():
     limits = next(s for s in sources if s.startswith("What they cannot show is, first, **speed**"))
     for item in ("**each device's memory**: the logical CPUs share one allocator",
                  "(01_cuda_visible_devices.ipynb#memory-statistics)",
-                 "**which op runs a reduction**", "on CPUs every reduce does, so that rule cannot show",
+                 "**which op runs a reduction**", "through `strategy.extended.reduce_to` (`strategy.reduce`, or "
+                 "reading a per-replica variable)", "on CPUs every such reduce does, so that rule cannot show",
+                 "`strategy.extended.batch_reduce_to`, behind every all-reduce, has no such rule",
                  "(02_data_parallel.ipynb#cross-device-reductions)",
                  "**GPU-only paths**", "refuses between logical GPUs of one card",
                  "only when all its devices are GPUs"):

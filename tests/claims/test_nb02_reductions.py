@@ -40,10 +40,24 @@ RECORD = """
             total = tf.function(lambda: s.run(replica_sums))()
         with kit.training.record_reductions() as host:
             host_sum = s.reduce("SUM", s.run(lambda: tf.constant(2.0)), axis=None)
+        # the same sum to one device through each method, and back to both replicas (notebook 02, section 3)
+        pr, cpu0 = s.run(lambda: tf.constant(2.0)), kit.device_names(2)[0]
+        one_place = {}
+        for call, fn in [("batch_reduce_to CPU:0", lambda: s.extended.batch_reduce_to("SUM", [(pr, cpu0)])[0]),
+                         ("batch_reduce_to /cpu:0", lambda: s.extended.batch_reduce_to("SUM", [(pr, "/cpu:0")])[0]),
+                         ("batch_reduce_to both", lambda: s.extended.batch_reduce_to("SUM", [(pr, pr)])[0]),
+                         ("reduce_to CPU:0", lambda: s.extended.reduce_to("SUM", pr, cpu0)),
+                         ("reduce_to both", lambda: s.extended.reduce_to("SUM", pr, pr)),
+                         ("strategy.reduce", lambda: s.reduce("SUM", pr, axis=None))]:
+            with kit.training.record_reductions() as got:
+                result = fn()
+            one_place[call] = {"log": [list(k) + [n] for k, n in got.counts().items()],
+                               "sums": [float(t) for t in s.experimental_local_results(result)]}
         out[name] = {"configured": reduction_in_use(s), "fit": [list(k) + [n] for k, n in log.counts().items()],
                      "again": [list(k) + [n] for k, n in again.counts().items()],
                      "step": [list(k) + [n] for k, n in step.counts().items()],
                      "host": [list(k) + [n] for k, n in host.counts().items()], "host_sum": float(host_sum),
+                     "one place": one_place,
                      "sums": [float(s.experimental_local_results(t)[0]) for t in total], "table": str(log)}
     try:
         with kit.training.record_reductions():
@@ -59,7 +73,7 @@ RECORD = """
 def test_only_float_all_reduces_take_the_configured_op(family):
     """mirrored_strategy.py: ``_reduce_to`` sends a reduction to a CPU (every one on CPU devices) through
     ReductionToOneDevice, ``_get_cross_device_ops`` every int32 value; ``_batch_reduce_to`` (all_reduce, the
-    gradients) uses the configured op for float values."""
+    gradients) uses the configured op for float values, wherever the sum goes (a CPU, one device)."""
     out = last_json(run_python(RECORD, env={"TF_ENABLE_ONEDNN_OPTS": family}))
     assert out["restored"], "record_reductions must put TensorFlow's methods back, even after an error"
     for name, op in [("default", "CollectiveAllReduce"), ("hierarchical", "HierarchicalCopyAllReduce")]:
@@ -79,6 +93,19 @@ def test_only_float_all_reduces_take_the_configured_op(family):
         assert r["host"] == [["reduce", "float32", "ReductionToOneDevice", 1]] and r["host_sum"] == 4.0
         assert r["table"].splitlines()[0].split()[:3] == ["kind", "dtype", "count"]
         assert f"all-reduce  float32      4  {op}" in r["table"]
+        # _batch_reduce_to has no CPU or one-place rule: a batched sum to one device is the configured op's (the
+        # collective all-reduces and copies; HierarchicalCopyAllReduce hands it on to ReductionToOneDevice itself,
+        # and the recorder counts that inner call once, not twice); the recorder labels it by its destination
+        places = r["one place"]
+        by_batch = op if name == "default" else "ReductionToOneDevice"
+        for call in ("batch_reduce_to CPU:0", "batch_reduce_to /cpu:0"):
+            assert places[call] == {"log": [["reduce", "float32", by_batch, 1]], "sums": [4.0]}, (name, call, places)
+        assert places["batch_reduce_to both"] == {"log": [["all-reduce", "float32", op, 1]], "sums": [4.0, 4.0]}
+        # _reduce_to: to a CPU (every destination here), ReductionToOneDevice whatever is configured
+        assert places["reduce_to CPU:0"] == places["strategy.reduce"] == {
+            "log": [["reduce", "float32", "ReductionToOneDevice", 1]], "sums": [4.0]}, places
+        assert places["reduce_to both"] == {"log": [["all-reduce", "float32", "ReductionToOneDevice", 1]],
+                                            "sums": [4.0, 4.0]}, places
 
 
 def test_record_reductions_tables_and_an_empty_log():
@@ -200,18 +227,29 @@ def test_notebook_02_states_the_set_rule_not_the_one_device_rule():
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     sources = [" ".join("".join(c["source"]).split()) for c in cells]
     bullet = next(s for s in sources if s.startswith("`reduction_in_use` names the op each strategy"))
-    # the rule is _reduce_to's (a reduce: strategy.reduce, reading a per-replica variable); all-reduces skip it
-    assert "any *reduce* to one place or to a CPU: the two you meet are `strategy.reduce(...)`" in bullet
-    assert "every reduce whose destinations are not exactly the replicas' devices takes it, even one to a " \
+    # the rule is _reduce_to's (a reduce: strategy.reduce, reading a per-replica variable); _batch_reduce_to, behind
+    # every all-reduce, checks only for int32, wherever its sum goes
+    assert "a *reduce* to one place or to a CPU through `strategy.extended.reduce_to`: the two you meet are " \
+           "`strategy.reduce(...)`" in bullet
+    assert "every such reduce whose destinations are not exactly the replicas' devices takes it, even one to a " \
            "replica's own GPU" in bullet
-    assert "*All-reduces*, whose sum goes back to every replica (`ReplicaContext.all_reduce`, and the gradients' " \
-           "sum in `fit`), skip this rule, on CPUs as well" in bullet
+    assert "The first rule belongs to `strategy.extended.reduce_to` alone. *All-reduces*, whose sum goes back to " \
+           "every replica (`ReplicaContext.all_reduce`, and the gradients' sum in `fit`), go through its batched " \
+           "sibling `strategy.extended.batch_reduce_to`, which checks only for int32: it hands a float sum to the " \
+           "configured op wherever the sum goes, to one device or a CPU too, on CPUs as well" in bullet
     assert "any reduction of an int32 value, all-reduces included" in bullet
     assert "cannot show here" in bullet and "is not one of the replicas' own devices" not in bullet
+    assert "any *reduce* to one place or to a CPU:" not in bullet       # the old rule, for every reduction to one place
     assert "any reduction whose destinations are not exactly" not in bullet and "any reduction to a CPU" not in bullet
+    shown = next(s for s in sources if "strat.extended.batch_reduce_to(" in s)
+    assert "kit.training.record_reductions() as log" in shown and "HierarchicalCopyAllReduce" in shown
+    after = next(s for s in sources if s.startswith("With the default, `strategy.reduce` took `ReductionToOneDevice`"))
+    assert "`HierarchicalCopyAllReduce` and `NcclAllReduce` pass such a sum on to `ReductionToOneDevice` themselves" \
+        in after
     summary = next(s for s in sources if "## Summary" in s)
-    assert "The configured one runs the all-reduces of float values, the gradients' sum among them, even on CPUs; " \
-           "a reduce to one place (`strategy.reduce`, reading a per-replica variable" in summary
+    assert "The configured one runs every float sum of `strategy.extended.batch_reduce_to`: the all-reduces, the " \
+           "gradients' sum among them, even on CPUs, and even a batched sum to one device; a reduce to one place " \
+           "through `strategy.extended.reduce_to` (`strategy.reduce`, reading a per-replica variable" in summary
     assert "reductions to one place (the host CPU" not in summary
 
 

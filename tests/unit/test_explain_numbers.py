@@ -70,11 +70,16 @@ CHILD = """
         return tf.distribute.MirroredStrategy(kit.device_names(4), cross_device_ops=(
             tf.distribute.ReductionToOneDevice() if to_one else None))
 
-    def fit_dense(s, n, batch):
+    def fit_dense(s, n, batch, validation=None, trained=None, **kw):
         with s.scope():
             model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
             model.compile("sgd", "mse")
-        model.fit(np.zeros((n, 8), "float32"), np.zeros((n, 2), "float32"), batch_size=batch, epochs=1, verbose=0)
+        data = lambda m: (np.zeros((m, 8), "float32"), np.zeros((m, 2), "float32"))
+        steps = [keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs=None: trained.append(b))
+                 ] if trained is not None else []
+        model.fit(*data(n), batch_size=batch, epochs=1, verbose=0, callbacks=steps,
+                  validation_data=data(validation) if validation else None, **kw)
+        return model
 
     def loop_dense(s, n, batch):
         with s.scope():
@@ -113,6 +118,20 @@ CHILD = """
         catch(got, "custom loop on the same batches", lambda: (loop_dense(s, 3, 3), loop_dense(s, 7, 7)))
         catch(got, "uneven later step in fit", lambda: fit_dense(s, 15, 8))      # [2, 2, 2, 2] then [2, 2, 2, 1]
         catch(got, "sync BN, smaller replica batch", lambda: fit_conv(s, True, 15, 2))    # last step [2, 2, 2, 1]
+        # every first batch: a validation set of 27 smaller than the batch of 32 is one batch [7, 7, 7, 6]
+        trained = []
+        catch(got, "validation smaller than the batch", lambda: fit_dense(s, 64, 32, 27, trained))
+        got["steps trained before"] = len(trained)
+        catch(got, "validation smaller than the batch, plan passed", lambda: fit_dense(s, 64, 32, 27),
+              plan=kit.plan_batches(64, 32, 4))
+        catch(got, "a training batch of 28, still larger than the set", lambda: fit_dense(s, 64, 28, 27))
+        catch(got, "validation of 24", lambda: fit_dense(s, 64, 32, 24))
+        catch(got, "validation of 27 at validation_batch_size 16",                # [4, 4, 4, 4], then [3, 3, 3, 2]
+              lambda: fit_dense(s, 64, 32, 27, validation_batch_size=16))
+        model = fit_dense(s, 64, 32)
+        catch(got, "evaluate 27 at 32", lambda: model.evaluate(np.zeros((27, 8)), np.zeros((27, 2)), batch_size=32,
+                                                               verbose=0))
+        catch(got, "training set of 27 at 32", lambda: fit_dense(s, 27, 32))
         return got
 
     def conv_bn_1_channel():
@@ -201,14 +220,52 @@ def test_fits_first_step_averages_the_replicas_first_batches(family):
         assert case["key"] == "uneven-replica-batches"
     assert "Input 0: [1,8] != input 3: [0,8]" in three["text"]
     # with the plan passed (3 samples in all), the fix is the data's: 4 or 8 would leave a replica empty again
-    text = _ours(three, "[1, 1, 1, 0]", "first global batch of 3", "(tensors [1,8] and [0,8])",
+    text = _ours(three, "[1, 1, 1, 0]", "a first batch of 3 split [1, 1, 1, 0].", "(tensors [1,8] and [0,8])",
                  "all 3 samples fill one step, split [1, 1, 1, 0]", "at least 4 samples at a global batch of 4")
-    assert "4 or 8 instead of 3" not in text
+    assert "4 or 8 instead of 3" not in text and "validation data, say" not in text    # the plan tells: training data
     assert "_maybe_symbolic_build" in text and "average" in text and "trac" not in text
-    _ours(seven, "split [2, 2, 2, 1]", "first global batch of 7", "4 or 8 instead of 7",
+    _ours(seven, "split [2, 2, 2, 1]", "a first batch of 7", "as the global batch, 4 or 8 instead of 7",
           "kit.explain(err, plan=kit.plan_batches(n_samples, global_batch, replicas))")
     # what the explanation says trains, trains: the same batches in a custom loop, an uneven later step in fit
     assert got["custom loop on the same batches"] is None and got["uneven later step in fit"] is None
+
+
+def test_a_data_set_smaller_than_the_batch_is_its_own_first_batch(family):
+    """A divisible global batch is not enough: the validation fit runs after each epoch, and evaluate, average their
+    data's first batch too, and a set smaller than the batch is that batch. The error cannot say which data set it
+    was: without a plan the explanation names both readings; with a plan whose step 1 splits evenly, the other data
+    set's. Its fixes (a set of a multiple of the replica count, a validation batch that is one and at most the set's
+    size) train, and a later uneven validation batch runs."""
+    name, got = family
+    for case in ("validation smaller than the batch", "validation smaller than the batch, plan passed",
+                 "a training batch of 28, still larger than the set", "evaluate 27 at 32", "training set of 27 at 32"):
+        assert got[case] is not None and got[case]["key"] == "uneven-replica-batches", (case, got[case])
+        assert "Input 0: [7,8] != input 3: [6,8]" in got[case]["text"], (case, got[case]["text"])
+    assert got["steps trained before"] == 2, "the whole epoch (64 samples at 32) trained before the validation failed"
+    _ours(got["validation smaller than the batch"], "a first batch of 27 split [7, 7, 7, 6], which is the global "
+          "batch or, when a data set (often the validation data) is smaller than the batch, that whole set",
+          "as the global batch, 24 or 28 instead of 27 on 4 replicas", "as a data set smaller than the batch "
+          "(validation data, say), 24 samples (28 if the data hold that many), or a `validation_batch_size` "
+          "(`batch_size` in `evaluate`) that is a multiple of 4 and at most 27", "the validation `fit` runs after "
+          "each epoch included")
+    planned = _ours(got["validation smaller than the batch, plan passed"], "The plan passed splits step 1 evenly "
+                    "[8, 8, 8, 8]: so the batch that failed is another data set's first batch, such as validation "
+                    "data (or evaluate's) smaller than the batch", "Here: validation data (or evaluate's) of 24 "
+                    "samples (28 if the data hold that many) instead of 27, or a `validation_batch_size`")
+    assert "as the global batch" not in planned and "is it the plan of this run?" not in planned
+    for fixed in ("validation of 24", "validation of 27 at validation_batch_size 16"):
+        assert got[fixed] is None, (fixed, got[fixed])
+
+
+def test_the_kits_own_uneven_error_names_the_global_batch_only():
+    """train_digits' UnevenBatchError says the failing batch was its global batch: no validation reading then."""
+    text = ("UnevenBatchError: Keras 3 fit failed: global batch 18 over 4 replicas splits unevenly [5, 5, 5, 3], ...\n"
+            "InvalidArgumentError: {{function_node __wrapped__AddN_N_4_device_/job:localhost/replica:0/task:0/device:"
+            "CPU:0}} Inputs to operation AddN of type AddN must have the same size and shape.  Input 0: [5,64] != "
+            "input 3: [3,64] [Op:AddN]")
+    said = " ".join(str(kit.explain(text)).split())
+    assert "a first batch of 18 split [5, 5, 5, 3]." in said and "Here: 16 or 20 instead of 18 on 4 replicas" in said
+    assert "validation data, say" not in said and "which is the global batch or" not in said
 
 
 def test_a_conv_net_with_an_empty_replica_is_explained_by_its_own_shapes(family):
