@@ -158,7 +158,7 @@ def _plan_fix(plan: Plan | None) -> str:
 
 
 _ONEDNN_CONV = ("TensorFlow's oneDNN CPU kernels return a Conv2D's output for an empty batch in the shape of its "
-                "input (the input's channels, not the layer's filters)")
+                "input (the input's spatial size and channels, not the layer's output size and filters)")
 
 
 def _read_empty_conv(base: Explanation, text: str, plan: Plan | None) -> Explanation:

@@ -58,13 +58,14 @@ class _Entry:
 _ENTRIES = (
     _Entry(Explanation(
         "empty-replica-conv",
-        "A replica got an empty batch (0 samples), and a layer after a Conv2D met a tensor of the wrong shape "
-        "on it.",
+        "A replica got an empty batch (0 samples), and a Conv2D, or a layer after one, met a tensor of the wrong "
+        "shape on it.",
         "Under tf.data's default auto-shard policy (AUTO on in-memory data, or DATA, which Keras sets for NumPy "
         "arrays) tf.distribute gives each replica ceil(b / replicas) of a global batch of b, in replica order; "
         "with AutoShardPolicy.OFF it pours a short last batch into the full batch's even shares, in replica order. "
         "Either way a short last batch can leave the last replicas empty. " + _ONEDNN_CONV + ", and the next operation that "
-        "needs the filters' count fails (BatchNormalization, its all-reduce, or the Dense layer after pooling). "
+        "needs the layer's output shape fails (the Conv2D's own bias add when the input's channels do not broadcast "
+        "to its filters, BatchNormalization, its all-reduce, or the Dense layer after pooling). "
         "Its portable Eigen kernels, and the GPU of the kit's record, give the right shape and train on (into NaN "
         "where a BatchNormalization that is not synchronized averages 0 samples).",
         _EMPTY_FIX, "notebook 05, sections 1 and 5"),
@@ -97,8 +98,8 @@ _ENTRIES = (
         "In Keras the usual source is BatchNormalization(synchronized=True): it all-reduces per-channel sums of "
         "shape [1, ..., C] (`_compute_moments_sync`, keras/src/backend/tensorflow/nn.py) whatever the batch, so "
         "smaller or uneven replica batches train. Their shapes differ when a replica's batch is empty (0 samples) "
-        "and TensorFlow's oneDNN CPU kernels return that replica's Conv2D output with the input's channels "
-        "instead of the layer's filters; its Eigen kernels give the right shape and train on. (A model without "
+        "and TensorFlow's oneDNN CPU kernels return that replica's Conv2D output in the input's shape (spatial "
+        "size and channels) instead of the layer's; its Eigen kernels give the right shape and train on. (A model without "
         "synchronized BatchNormalization meets it when a second default MirroredStrategy in the process reuses "
         "a first one's collective keys: see the collective-instance-collision entry.)",
         _EMPTY_FIX, "notebook 05, section 5"),

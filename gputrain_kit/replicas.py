@@ -285,7 +285,8 @@ def check_batch_plan(n_samples: int, global_batch: int, replicas: int, drop_rema
         warnings.warn(plan_verdict(plan) + f" Fix: fixed-size batches (drop_remainder=True on {where}, "
                       "or repeat() with steps_per_epoch, or padding the data to a multiple of the global batch). "
                       "BatchNormalization(synchronized=True) is no fix for empty steps (a conv net with it crashed "
-                      "with oneDNN CPU kernels in notebook 05); use it against drift, with fixed-size batches.",
+                      "with oneDNN CPU kernels in notebook 05); use it against drift, with fixed-size batches, at the price of "
+                      "all-reduces in every BatchNormalization layer every step.",
                       EmptyReplicaWarning, stacklevel=2)
     return plan
 

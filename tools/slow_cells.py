@@ -59,14 +59,14 @@ REASONS: dict[tuple[str, str], str] = {
     ("05", "def summarize(m):"): "the drop_remainder fix trained (one epoch, 4 replicas), its replica copies "
         "read and its predictions made under the strategy",
     ("05", 'trained = {None: model, "drop_remainder": drifted}'): "the repeat, pad and synchronized fixes trained "
-        "(one epoch each, 4 replicas, the seed of the trap) and all 5 models' predictions made under the strategy; "
-        "the trap and drop_remainder are reused from above",
+        "(one epoch each, 4 replicas, the seed of the trap), every model's replica copies read, and predictions "
+        "made under the strategy where a copy holds NaN; the trap and drop_remainder are reused from above",
     ("05", "def moving_copies(m):"): "evaluate and predict on the drifted model under the strategy, every "
         "replica's copy of the statistics read before and after: the claim needs both calls",
     ("05", "with kit.expect_error(kit.ReplicaHealthError"): "a new model on the trap under ReplicaHealth, which "
         "stops it at the end of the first epoch: the step traced again for 4 replicas",
-    ("05", "matrix = pending.result()"): "waits for the 12 BatchNorm cases started in section 1: 6 cases under "
-        "each CPU kernel family, one process per family that imported TensorFlow once (the family is fixed at "
+    ("05", "matrix = pending.result()"): "waits for the 8 BatchNorm cases started in section 1: the conv net's 4 "
+        "cases under each CPU kernel family (the Dense net's are this kernel's own trainings), one process per family that imported TensorFlow once (the family is fixed at "
         "import), each case forked from it, 2 epochs each: 2 epochs show the loss turning NaN in "
         "epoch 2; cores less one at a time until this cell, which gives them every core (on 2 cores: two throughout)",
     ("06", "from gputrain_kit.lrscaling import batch_sweep"): "4 trainings of 10 epochs (batches 32 to 1024) "

@@ -270,8 +270,8 @@ def test_one_step_with_an_empty_replica_nans_only_keras3s_copy(family):
 
 def test_a_replica_is_empty_exactly_when_the_rule_says():
     """Notebook 05 section 1: each replica takes ceil(b / r) in order, so one gets nothing exactly when
-    ceil(b / r) x (r - 1) >= b, for a batch larger than the replica count too (the 2018 article's condition,
-    "the last batch is smaller than the number of GPUs", misses those)."""
+    ceil(b / r) x (r - 1) >= b, for a batch larger than the replica count too (multi_gpu_model's split, the 2018
+    article's Keras, left a GPU empty only below the GPU count: the next test)."""
     from gputrain_kit.batching import split_batch
 
     for replicas in range(1, 9):
@@ -284,6 +284,58 @@ def test_a_replica_is_empty_exactly_when_the_rule_says():
             full = plan_batches(1030, b, 4, drop_remainder=drop)[:1030 // b]
             assert len(full) == 1030 // b and all(sizes == step for sizes in full)
     assert plan_batches(1030, 64, 4)[-1] == [2, 2, 2, 0] and 1030 % 64 == 6 > 4   # the notebook's own data
+
+
+def test_multi_gpu_models_split_leaves_a_gpu_empty_only_below_the_gpu_count():
+    """Notebook 05 section 1 (issue 44): multi_gpu_model gave each of G GPUs b // G samples and the last one the
+    rest (kit.parallel.slice_bounds, MultiGpuLike.call), so GPUs 0..G-2 got nothing exactly when b < G; 1030
+    samples in batches of 64, 5, 6 or 9 never left a GPU empty there. The notebook's table prints it as its
+    multi_gpu_model column (all "safe") beside tf.distribute's rule."""
+    from gputrain_kit.parallel import slice_bounds
+
+    def sizes(b, g):
+        return [stop - start for start, stop in slice_bounds(b, g)]
+
+    for g in range(1, 9):
+        for b in range(1, 100):
+            assert (0 in sizes(b, g)) == (b < g), (b, g)
+            assert sum(sizes(b, g)) == b
+    assert sizes(6, 4) == [1, 1, 1, 3] and sizes(3, 4) == [0, 0, 0, 3]
+    for b in (64, 5, 6, 9):
+        assert 0 not in sizes(b, 4) and 0 not in sizes(1030 % b or b, 4)
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=4)
+        import keras, numpy as np
+        from gputrain_kit.parallel import MultiGpuLike
+        template = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        wrapper = MultiGpuLike(template, kit.device_names(4))
+        x = np.ones((6, 4), "float32")
+        print(json.dumps({n: [shape[0] for _, shape in wrapper.slice_devices(x[:n])] for n in (3, 6)}))
+    """)
+    assert last_json(proc) == {"3": [0, 0, 0, 3], "6": [1, 1, 1, 3]}
+
+
+def test_notebook_05_quotes_the_article_as_it_is():
+    """Issue 44: the 2018 article says the very last batch may hold less data than defined, leaving some GPUs
+    without data, and fixes it with fixed-size batches of a multiple of the GPU count; "smaller than the number
+    of GPUs" was the course digest's wording (multi_gpu_model's rule), and the table's "article" column is gone."""
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "05_batchnorm_nan.ipynb").read_text())
+    text = " ".join(" ".join("".join(c["source"]) for c in nb["cells"]).split())
+    for stale in ("smaller than the number of GPUs", "would call this data safe", "{'article':",
+                  "Use it against drift", "needs no fix", "with the input's channel count"):
+        assert stale not in text, stale
+    assert ("the very last batch of an epoch can hold fewer samples than the batch size (when the data set's size "
+            "is not a multiple of it), some GPUs can then get no data in the last step") in text
+    assert "and a batch size that is a multiple of the number of GPUs" in text
+    assert "{'multi_gpu_model':<16}" in text
+    table = next("".join(o.get("text", "")) for c in nb["cells"] if c["cell_type"] == "code"
+                 and "multi_gpu_model_empty" in "".join(c["source"]) for o in c["outputs"]
+                 if "global batch 64" in "".join(o.get("text", "")))
+    assert "safe" in table and "last step" in table
 
 
 @pytest.mark.parametrize("family", ["onednn", "eigen"])
@@ -397,42 +449,171 @@ def test_default_batchnorm_goes_from_6_nan_copies_to_26_in_one_step(family):
 
 
 @pytest.mark.parametrize("family", ["onednn", "eigen"])
-def test_onednn_conv2d_returns_an_empty_batch_with_the_inputs_channels(family):
-    """Notebook 05 section 5 (the "no BN" row and the one-line cell after the matrix): on x86, oneDNN's forward
-    Conv2D on an empty batch returns the input's shape (1 channel, not the 8 filters), Eigen the right shape; so
-    without BatchNorm the Dense after pooling fails with oneDNN (MatMul [0,1] x [8,4]), and the gradient of the
-    kernel is not what fails (it has the kernel's shape under both)."""
+def test_onednn_conv2d_returns_an_empty_batch_in_the_inputs_shape(family):
+    """Notebook 05 section 5 (the "no BN" row and the probe cell after the matrix): on x86, oneDNN's forward Conv2D
+    on an empty batch returns the input's whole shape (spatial size and channels: VALID 8x8x1 stays [0,8,8,1]),
+    Eigen the right one ([0,6,6,8]); with 3 channels into 16 filters Keras's Conv2D fails in its own bias add
+    (issue 44: it said "the input's channel count" and "the next layer fails"). So without BatchNorm the Dense
+    after pooling fails with oneDNN (MatMul [0,1] x [8,4]); the gradient of the kernel is not what fails (it has
+    the kernel's shape under both)."""
     proc = run_python("""
         import json, gputrain_kit as kit
         kit.setup(devices=1)
         import keras, tensorflow as tf
         x, kernel = tf.zeros([0, 8, 8, 1]), tf.ones([3, 3, 1, 8])
+        def through(layer, channels):
+            try:
+                return layer(tf.zeros([0, 8, 8, channels])).shape.as_list()
+            except tf.errors.InvalidArgumentError as err:
+                return " ".join(str(err).split())
         out = {"family": kit.cpu_kernels.detect().family,
                "nn": tf.nn.conv2d(x, kernel, 1, "SAME").shape.as_list(),
                "keras": keras.layers.Conv2D(8, 3, padding="same")(x).shape.as_list(),
-               "nonempty": keras.layers.Conv2D(8, 3, padding="same")(tf.zeros([2, 8, 8, 1])).shape.as_list()}
+               "nonempty": keras.layers.Conv2D(8, 3, padding="same")(tf.zeros([2, 8, 8, 1])).shape.as_list(),
+               "valid": through(keras.layers.Conv2D(8, 3), 1),
+               "nn_rgb": tf.nn.conv2d(tf.zeros([0, 8, 8, 3]), tf.ones([3, 3, 3, 16]), 1, "VALID").shape.as_list(),
+               "rgb": through(keras.layers.Conv2D(16, 3), 3)}
         with tf.GradientTape() as tape:
             tape.watch(kernel)
             total = tf.reduce_sum(tf.nn.conv2d(x, kernel, 1, "SAME"))
         out["kernel_gradient"] = tape.gradient(total, kernel).shape.as_list()
-        net = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(8, 3, padding="same"),
-                                keras.layers.ReLU(), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4)])
+        net = kit.batchnorm.bn_model("conv", "no BN")          # the notebook's conv net without BatchNorm
         forward = tf.function(lambda t: net(t), input_signature=[tf.TensorSpec([None, 8, 8, 1])])   # as in fit
-        try:
-            out["net"] = forward(x).shape.as_list()
-        except Exception as err:
-            out["net"] = type(err).__name__ + ": " + " ".join(str(err).split())
+        out["net"] = through(forward, 1)
         print(json.dumps(out))
     """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
     out = last_json(proc)
     assert out["family"] == family and out["nonempty"] == [2, 8, 8, 8]
     assert out["kernel_gradient"] == [3, 3, 1, 8]
-    if family == "onednn" and platform.machine().lower() in ("x86_64", "amd64"):   # cell 51 allows ARM to differ
-        assert out["nn"] == out["keras"] == [0, 8, 8, 1]
+    if family == "onednn" and platform.machine().lower() in ("x86_64", "amd64"):   # the probe allows ARM to differ
+        assert out["nn"] == out["keras"] == out["valid"] == [0, 8, 8, 1]
+        assert out["nn_rgb"] == [0, 8, 8, 3]
+        assert "Incompatible shapes: [0,8,8,3] vs. [1,1,1,16]" in out["rgb"] and "Conv2D" in out["rgb"]
         assert "Matrix size-incompatible: In[0]: [0,1], In[1]: [8,4]" in out["net"]
     elif family == "eigen":
-        assert out["nn"] == out["keras"] == [0, 8, 8, 8]
+        assert out["nn"] == out["keras"] == [0, 8, 8, 8] and out["valid"] == [0, 6, 6, 8]
+        assert out["nn_rgb"] == out["rgb"] == [0, 6, 6, 16]
         assert out["net"] == [0, 4]
+
+
+@pytest.mark.parametrize("family", ["onednn", "eigen"])
+def test_evaluating_a_healthy_conv_net_with_an_empty_replica_depends_on_the_kernels(family):
+    """Notebook 05 section 4, "Evaluation of a healthy model" (issue 44): a conv net trained without any empty step
+    (1024 samples, global batch 64), then evaluate and predict on 1030 under 4 replicas: the last batch [2, 2, 2, 0]
+    runs the forward pass on 0 samples on replica 3. oneDNN: both fail (Matrix size-incompatible); Eigen: both work,
+    as does the Dense net under both. The fixes the notebook names: predict on rows padded to a multiple of the
+    global batch (padding cut off) and evaluate a copy loaded outside the strategy; padding evaluate's data with
+    sample_weight=0 is no fix (the loss and `metrics` count the padded rows)."""
+    proc = run_python("""
+        import json, os, tempfile, gputrain_kit as kit
+        kit.setup(devices=4)
+        import keras, numpy as np, tensorflow as tf
+        strategy = kit.training.strategy_for(4)
+        rng = np.random.default_rng(0)
+        y = rng.integers(0, 4, 1030)
+        data = {"conv": rng.normal(size=(1030, 8, 8, 1)).astype("float32"),
+                "dense": rng.normal(size=(1030, 16)).astype("float32")}
+        out = {}
+        for kind, x in data.items():
+            keras.utils.set_random_seed(0)
+            with strategy.scope():
+                m = kit.batchnorm.bn_model(kind, "no BN")
+                m.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+            m.fit(x[:1024], y[:1024], batch_size=64, epochs=1, verbose=0)      # no empty step: healthy
+            for name, call in (("evaluate", lambda: m.evaluate(x, y, batch_size=64, verbose=0)),
+                               ("predict", lambda: m.predict(x, batch_size=64, verbose=0))):
+                try:
+                    call(); out[f"{kind} {name}"] = "works"
+                except tf.errors.InvalidArgumentError as err:
+                    out[f"{kind} {name}"] = " ".join(str(err).split())
+            if kind != "conv":
+                continue
+            path = os.path.join(tempfile.mkdtemp(), "m.keras")
+            m.save(path)
+            copy = keras.models.load_model(path)                              # outside the strategy's scope
+            reference = copy.predict(x, batch_size=64, verbose=0)
+            pad = -len(x) % 64
+            padded = np.concatenate([x, x[:pad]])
+            out["padded predict = the copy's"] = bool(np.allclose(
+                m.predict(padded, batch_size=64, verbose=0)[:len(x)], reference, atol=1e-5))
+            loss, acc = copy.evaluate(x, y, batch_size=64, verbose=0)
+            logits = reference - reference.max(axis=1, keepdims=True)
+            by_hand = float(np.mean(np.log(np.exp(logits).sum(axis=1)) - logits[np.arange(len(y)), y]))
+            out["the copy's evaluate"] = [abs(loss - by_hand) < 1e-4,
+                                          abs(acc - float(np.mean(reference.argmax(1) == y))) < 1e-6]
+            w = np.r_[np.ones(len(x)), np.zeros(pad)].astype("float32")
+            wl, wacc = m.evaluate(padded, np.r_[y, y[:pad]], sample_weight=w, batch_size=64, verbose=0)
+            out["sample_weight 0 padding is off"] = [abs(wl - loss) > 1e-3, abs(wacc - acc) > 1e-6]
+        print(json.dumps(out))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
+    out = last_json(proc)
+    assert out["dense evaluate"] == out["dense predict"] == "works"
+    if family == "onednn" and platform.machine().lower() in ("x86_64", "amd64"):
+        for name in ("evaluate", "predict"):
+            assert "Matrix size-incompatible: In[0]: [0,1], In[1]: [8,4]" in out[f"conv {name}"], out[f"conv {name}"]
+    elif family == "eigen":
+        assert out["conv evaluate"] == out["conv predict"] == "works"
+    assert out["padded predict = the copy's"] is True
+    assert out["the copy's evaluate"] == [True, True]
+    assert out["sample_weight 0 padding is off"] == [True, True]
+
+
+def test_synchronized_batchnorm_costs_five_all_reduces_per_layer_and_averaging_removes_drift():
+    """Notebook 05 section 4 (issue 44): Keras's synchronized BatchNorm all-reduces the sum, the sum of squares and
+    the sample count in the forward pass (_compute_moments_sync), and the gradients of the first two in the backward
+    pass: 5 all-reduces per layer per replica in a training step, none without it and none in predict (inference
+    reads the moving statistics). Its statistics are the global batch's. And the cheap way to one model at
+    inference: the replicas' copies of the moving statistics averaged and assigned from outside the replicas
+    (every copy written), after which predict under the strategy equals the model's own forward pass."""
+    import inspect
+
+    from keras.src.backend.tensorflow import nn
+
+    sync = inspect.getsource(nn._compute_moments_sync)
+    assert sync.count("replica_ctx.all_reduce(") == 3
+    assert "y_sum, count_sum" in sync and "y_squared_sum, count_sum" in sync
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=4)
+        import keras, numpy as np, tensorflow as tf
+        from tensorflow.python.distribute import distribute_lib
+        strategy = kit.training.strategy_for(4)
+        calls, original = [], distribute_lib.ReplicaContext.all_reduce
+        def counting(self, reduce_op, value, options=None):
+            calls.append([list(t.shape) for t in tf.nest.flatten(value)])
+            return original(self, reduce_op, value, options)
+        distribute_lib.ReplicaContext.all_reduce = counting
+        rng = np.random.default_rng(0)
+        y = rng.integers(0, 4, 1030); x = (rng.normal(size=(1030, 16)) + y[:, None]).astype("float32")
+        out = {}
+        for bn in ("scale=True", "synchronized"):
+            keras.utils.set_random_seed(0)
+            with strategy.scope():
+                m = kit.batchnorm.bn_model("dense", bn)
+                m.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            calls.clear()
+            m.fit(x[:128], y[:128], batch_size=64, epochs=1, verbose=0)           # one training step, traced once
+            stats = [c for c in calls if c == [[1, 32]]]                          # one value per channel (32)
+            calls.clear()
+            m.predict(x[:128], batch_size=64, verbose=0)
+            out[bn] = [len(stats) / 4, len(calls)]
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            m = kit.batchnorm.bn_model("dense", "scale=False")
+            m.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        m.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(64, drop_remainder=True), verbose=0)
+        before = kit.replica_report(m, strategy).spread
+        layer = m.get_layer("bn")
+        for v in (layer.moving_mean, layer.moving_variance):
+            v.assign(np.mean([c.numpy() for c in strategy.experimental_local_results(v.value)], axis=0))
+        gap = float(np.abs(m.predict(x, batch_size=64, verbose=0) - m(x, training=False).numpy()).max())
+        out["averaged"] = [before, kit.replica_report(m, strategy).spread, gap]
+        print(json.dumps(out))
+    """)
+    out = last_json(proc)
+    assert out["scale=True"] == [0, 0] and out["synchronized"] == [5, 0]
+    before, after, gap = out["averaged"]
+    assert before > 0.01 and after == 0 and gap < 1e-4
 
 
 def test_every_step_empty_is_a_first_step_fit_refuses():
