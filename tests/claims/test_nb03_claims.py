@@ -171,6 +171,11 @@ def test_a_scope_inside_call_places_the_work_not_the_variables_and_an_eager_buil
     out["nested"] = stage_of(nested)
     inner = PlacedStages(d[1:3]); inner.build((None, 64))
     out["nested_built"] = stage_of(train(Outer(inner)))
+    # issue 44: what places the variables is a build outside Keras's symbolic trace of call(), not an eager call:
+    # a build() of the model's own, first run by fit, places them; a first call on real data, eager, does not
+    out["own_build_by_fit"] = stage_of(train(PlacedStages(d[1:3])))
+    eager = TwoStages(d[1:3]); eager(x[:2])
+    out["eager_first_call"] = stage_of(eager)
     inp = keras.Input((64,))                                   # section 1's way: built eagerly, on symbolic inputs
     with tf.device(d[1]):
         h = keras.layers.Dense(64)(inp)
@@ -194,6 +199,8 @@ def test_a_scope_inside_call_places_the_work_not_the_variables_and_an_eager_buil
     assert out["fixed_True"] == {"CPU:1": 3 * params_1, "CPU:2": 3 * params_2}        # divided, nothing on CPU:0
     assert out["nested"] == {"stage_1": ["CPU:0"], "stage_2": ["CPU:0"]}
     assert out["nested_built"] == {"stage_1": ["CPU:1"], "stage_2": ["CPU:2"]}
+    assert out["own_build_by_fit"] == {"stage_1": ["CPU:1"], "stage_2": ["CPU:2"]}
+    assert out["eager_first_call"] == {"stage_1": ["CPU:0"], "stage_2": ["CPU:0"]}
     # a functional model's variables follow its scopes, but fit still puts Adam's slots on the default device
     f1, f2 = (64 * 64 + 64) * 4, (64 * 10 + 10) * 4
     assert out["functional"] == {"CPU:0": 2 * (f1 + f2), "CPU:1": f1, "CPU:2": f2}
@@ -218,7 +225,7 @@ def test_the_prose_says_which_data_parallelism_and_which_versions():
     """Notebook 03, section 4: 'never divides the model state' is said of MirroredStrategy, with sharded data
     parallelism named as what does divide it (notebook 08 models ZeRO, notebook 09 runs Keras's sharding); the
     thread's diagnosis is given for TensorFlow 2 and, apart, for Keras 2 on TensorFlow 1's graphs; the rule of
-    section 3 says variables follow eager builds."""
+    section 3 says variables follow builds outside Keras's symbolic trace of call() (issue 44: not eagerness)."""
     import json
     from pathlib import Path
 
@@ -228,11 +235,14 @@ def test_the_prose_says_which_data_parallelism_and_which_versions():
                    "model state", "Sharded data parallelism does divide it",
                    "On TensorFlow 2 with Keras 3, scopes around Inception blocks",
                    "On Keras 2 with TensorFlow 1's graphs, the Keras of 2018, each scope placed its work as well",
-                   "A `tf.device` scope places a layer's *variables* where the layer is built eagerly",
+                   "A `tf.device` scope places a layer's *variables* where the layer is built outside Keras's "
+                   "symbolic trace of `call()`",
+                   "only when that build runs outside Keras's symbolic trace of `call()`",
                    "neither a speed-up nor its absence can be read from them",
                    "A single doubling from 4 to 8 is not checked"):
         assert quoted in prose, quoted
     assert "within 0.1" not in prose
+    assert "where the layer is built eagerly" not in prose and "on the spot, *eagerly*" not in prose
     # ZeRO shards by stages: only stage 3 (and FSDP's full sharding) keeps 1/n of all three parts
     assert "only stage 3, like PyTorch's FSDP with full sharding, keeps 1/n of all three" in prose
     assert "stage 1 the optimizer slots, stage 2 the gradients as well, stage 3 the parameters as well" in prose
