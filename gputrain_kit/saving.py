@@ -10,7 +10,6 @@ of the model as it was.
 """
 from __future__ import annotations
 
-
 import contextlib
 import os
 import re
@@ -28,7 +27,6 @@ __all__ = ["save_verified", "load_verified", "LoadError", "SaveError", "NonFinit
            "OptimizerStateWarning", "UnloadableModelWarning"]
 
 _SUFFIXES = (".weights.h5", ".keras")
-_SENTINEL = 7.7e-37  # written into every variable before a load: whatever still holds it was not loaded
 
 
 class LoadError(ValueError):
@@ -147,25 +145,24 @@ def _restore(variables: list[Any], values: list[list[Any]]) -> None:
             component.assign(value)
 
 
-def _sentinel(variable: Any) -> Any:
+def _marker(variable: Any, second: bool) -> Any:
+    """Written before a load, exact in any dtype: 3 (or -5) times the smallest normal float; an int near its end."""
+    import ml_dtypes                   # a dependency of Keras; NumPy's finfo knows neither bfloat16 nor float8
     import numpy as np
 
-    dtype = str(variable.dtype)
-    if "float" in dtype:
-        return np.full(variable.shape, _SENTINEL, dtype=dtype)
-    if "int" in dtype:     # far from any count: an optimizer's step counter may well be 7
-        info = np.iinfo(np.dtype(dtype))
-        return np.full(variable.shape, info.min + 7 if info.min < 0 else info.max - 7, dtype=dtype)
-    return np.full(variable.shape, 7, dtype=dtype)
+    dtype = np.dtype(str(variable.dtype))
+    if "float" in dtype.name:
+        value: Any = float(ml_dtypes.finfo(dtype).tiny) * (-5 if second else 3)
+    elif dtype.kind in "iu":
+        info, step = np.iinfo(dtype), 11 if second else 7
+        value = info.min + step if info.min < 0 else info.max - step
+    else:
+        value = 0 if second else 7
+    return np.full(variable.shape, value, dtype=dtype)
 
 
-def _fill_sentinel(variables: list[Any]) -> None:
-    for v in variables:
-        v.assign(_sentinel(v))
-
-
-def _unloaded(variables: list[Any]) -> list[str]:
-    return [v.path for v in variables if v.numpy().tobytes() == _sentinel(v).tobytes()]
+def _holding(variables: list[Any], second: bool) -> list[Any]:
+    return [v for v in variables if v.numpy().tobytes() == _marker(v, second).tobytes()]
 
 
 #: Warnings Keras lets through while it skips a mismatched variable that say nothing about the file. The
@@ -194,19 +191,29 @@ def _file_layout(func: str, path: Path) -> _Layout:
         raise _unreadable(func, path, err) from err
 
 
-def _load_into(model: Any, path: Path, variables: list[Any]) -> tuple[list[str], list[str]]:
-    """Load ``path`` into ``model`` (``variables`` sentinel-filled first); return (those not loaded, warnings)."""
+def _marked_load(model: Any, path: Path, variables: list[Any], second: bool) -> list[str]:
+    """Write a marker into every variable of ``variables``, load ``path``; return Keras's warnings."""
     import zipfile
 
-    _fill_sentinel(variables)
+    for v in variables:
+        v.assign(_marker(v, second))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             model.load_weights(str(path), skip_mismatch=True)
         except (zipfile.BadZipFile, OSError, KeyError) as err:   # not a zip / HDF5 file, or no weights in it
             raise _unreadable("load_verified", path, err) from err
-    messages = [str(w.message) for w in caught if not any(n in str(w.message) for n in _NOISE)]
-    return _unloaded(variables), messages
+    return [str(w.message) for w in caught if not any(n in str(w.message) for n in _NOISE)]
+
+
+def _load_into(model: Any, path: Path, variables: list[Any]) -> tuple[list[str], list[str]]:
+    """Load ``path``; return (the paths of ``variables`` it did not fill, Keras's warnings). A variable still holding
+    its marker may hold that value in the file: loaded again after another marker, it cannot hold both."""
+    messages = _marked_load(model, path, variables, second=False)
+    suspects = _holding(variables, second=False)
+    if suspects:
+        _marked_load(model, path, suspects, second=True)
+    return [v.path for v in _holding(suspects, second=True)], messages
 
 
 def _shape_mismatches(messages: list[str]) -> list[str]:
@@ -334,7 +341,7 @@ def _check_layout(model: Any, path: Path, file: _Layout) -> tuple[bool, list[str
     holds in another shape ('key (layer 'name'): (4, 8) in the model, (2, 8) in the file')."""
     model_layout = _model_layout(model)
     wanted, held = model_layout.layers(), file.layers()
-    if any(held.get(k) != s for k, s in wanted.items()):     # missing or reshaped: the sentinel load names them
+    if any(held.get(k) != s for k, s in wanted.items()):     # missing or reshaped: the marked load names them
         return bool(file.optimizer()) and _optimizer(model) is not None, _reshaped(wanted, file)
     extra = [k for k in held if k not in wanted]
     if extra:

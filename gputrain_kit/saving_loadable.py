@@ -94,9 +94,16 @@ def _no_trace() -> Iterator[None]:
             uids.update(uids_before)
 
 
+_UNCOMPILED = ("keras.saving.load_model(path, compile=False) loads the model all the same, not compiled (what fails "
+               "is what compile() was given: a loss, metric or optimizer Keras cannot find): call compile() on it "
+               "again; or, to load it compiled, register that function or class with "
+               "@keras.saving.register_keras_serializable() in every process that loads the file")
+
+
 def load_model_problem(path: Path) -> str | None:
     """Why ``keras.saving.load_model`` cannot rebuild a model from the ``.keras`` file ``path``, in words that name
-    the class and the fix; None when it rebuilds it."""
+    the class and the fix (and say that ``compile=False`` loads it, where only what ``compile()`` was given fails);
+    None when it rebuilds it."""
     import keras
 
     with zipfile.ZipFile(path) as archive:
@@ -104,9 +111,12 @@ def load_model_problem(path: Path) -> str | None:
     missing = unregistered_classes(config)
     if missing:
         first = missing[0].rsplit(".", 1)[-1]
-        return (f"keras.saving.load_model cannot rebuild the model from it: it names {', '.join(missing)}, which "
+        said = (f"keras.saving.load_model cannot rebuild the model from it: it names {', '.join(missing)}, which "
                 f"Keras finds only by a registered name (TypeError: Could not locate class '{first}', here and in a "
-                "fresh process). Fix: decorate the class with "
+                "fresh process). ")
+        if not unregistered_classes({**config, "compile_config": None}):      # only in what compile() was given
+            return said + "Fix: " + _UNCOMPILED
+        return (said + "Fix: decorate the class with "
                 "@keras.saving.register_keras_serializable() and give it a get_config() that returns its __init__ "
                 "arguments (registered in every process that loads the file: define or import it there first); "
                 f"or load with keras.saving.load_model(path, custom_objects={{'{first}': {first}}}), and save "
@@ -119,8 +129,14 @@ def load_model_problem(path: Path) -> str | None:
                 keras.saving.load_model(str(path))
         except Exception as err:                 # whatever stops the load is the answer
             said = shorten_message(str(err).split(" Full object config")[0], 300)
-            return (f"keras.saving.load_model cannot rebuild the model from it ({type(err).__name__}: {said}). "
-                    "Fix: register every custom class (@keras.saving.register_keras_serializable()) with a "
-                    "get_config() that returns every __init__ argument; replace a Lambda layer by a small "
-                    "registered layer (notebook 04, section 3)")
+            try:
+                with device:
+                    keras.saving.load_model(str(path), compile=False)
+            except Exception:                    # the model itself does not load either
+                return (f"keras.saving.load_model cannot rebuild the model from it ({type(err).__name__}: {said}). "
+                        "Fix: register every custom class (@keras.saving.register_keras_serializable()) with a "
+                        "get_config() that returns every __init__ argument; replace a Lambda layer by a small "
+                        "registered layer (notebook 04, section 3)")
+            return (f"keras.saving.load_model cannot rebuild the compiled model from it ({type(err).__name__}: "
+                    f"{said}). Fix: {_UNCOMPILED}")
     return None

@@ -71,11 +71,23 @@ def nb04_resumed_epochs(answer: Any) -> Verdict:
 
 
 def nb04_weight_group(answer: Any) -> Verdict:
-    """Sequential: Dense 'encoder', LayerNormalization 'norm', Dense 'bottleneck', Dense 'logits': logits' group?"""
+    """Sequential: Dense 'encoder', LayerNormalization 'norm', Dense 'bottleneck', Dense 'logits': logits' group?
+    ('dense_2' and 'layers/dense_2/vars' too; a dataset inside it, 'layers/dense_2/vars/0', and another case,
+    'Layers/Dense_2', are refused with their own hint)"""
     got = read(answer, "text", form="Give the group as a string, such as 'layers/dense_1'.")
     if got.refusal is not None:
         return got.refusal
-    group = got.value.strip("/").lower().removeprefix("layers/").removesuffix("/vars")
+    text = got.value.strip().strip("/")
+    parts = re.fullmatch(r"(?:layers/)?(.*?)(?:/vars(/\d+)?)?", text.lower())    # always matches
+    group, dataset = parts.groups() if parts else (text, None)
+    if group == "dense_2" and text != text.lower():
+        return verdict(answer, False, "", f"HDF5's keys are case-sensitive: h5py finds no group named {text!r} in "
+                       "the file. Keras writes every group's name in lower case (the class's name in snake_case, "
+                       "then the occurrence), as weight_groups() printed them in sections 1 and 2: write it that way.")
+    if group == "dense_2" and dataset:
+        return verdict(answer, False, "", f"{text!r} is a dataset inside the right group: vars{dataset} holds one of "
+                       "the layer's variables (vars/0 its kernel, vars/1 its bias). The question asks for the group "
+                       "itself, which holds them both: leave out the part from /vars on.")
     return verdict(answer, group == "dense_2",
                    "'layers/dense_2': 'logits' is the third Dense layer; its name and the LayerNormalization "
                    "in between play no part.",

@@ -130,8 +130,9 @@ CASES = {
                              "7-10", "epochs 7 to 10", np.arange(7, 11)],
                             [[8, 9, 10], [7], [6, 7, 8, 9, 10], list(range(1, 11)), "6 to 10", "7 to 10 GB", 7,
                              "8-10"]),
-    "nb04_weight_group": (["layers/dense_2", "dense_2", " 'layers/dense_2' ", "LAYERS/DENSE_2/", "layers/dense_2/vars"],
-                          ["layers/logits", "layers/dense_1", "layers/dense_3", "dense", 2]),
+    "nb04_weight_group": (["layers/dense_2", "dense_2", " 'layers/dense_2' ", "/layers/dense_2/", "layers/dense_2/vars"],
+                          ["layers/logits", "layers/dense_1", "layers/dense_3", "dense", 2,
+                           "LAYERS/DENSE_2/", "layers/dense_2/vars/0"]),     # issue 44: keys are case-sensitive
     "nb05_empty_replicas_a": ([[6, 7], (7, 6), "6, 7", "[6, 7]", "6 and 7", "replicas 6 and 7", {6, 7},
                                np.array([6, 7])],
                               [[7, 8], [], "none", None, [1, 1, 1, 1, 1, 1, 0, 0], 2, "2", 0, "0",

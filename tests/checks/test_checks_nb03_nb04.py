@@ -106,13 +106,43 @@ def test_nb04_resumed_epochs_wrong_form_and_unanswered(answer):
     assert "Not answered yet" in repr(check.nb04_resumed_epochs(...))
 
 
-@pytest.mark.parametrize("answer", ["layers/dense_2", "dense_2", " 'layers/dense_2' ", "LAYERS/DENSE_2/",
-                                    "layers/dense_2/vars"])
+@pytest.mark.parametrize("answer", ["layers/dense_2", "dense_2", " 'layers/dense_2' ", "/layers/dense_2/",
+                                    "layers/dense_2/vars", "layers/dense_2/vars/"])
 def test_nb04_weight_group_right_in_any_form(answer):
     assert check.nb04_weight_group(answer)
 
 
-@pytest.mark.parametrize("answer", ["layers/logits", "layers/dense_1", "layers/dense_3", "dense"])
+@pytest.mark.parametrize("answer", ["layers/dense_2/vars/0", "dense_2/vars/1", "/layers/dense_2/vars/0/"])
+def test_nb04_weight_group_a_dataset_inside_the_right_group_asks_for_the_group(answer):
+    """Issue 44: the kernel's dataset is no miscount: the hint says it is inside the right group."""
+    said = repr(check.nb04_weight_group(answer))
+    assert said.startswith("Not yet.") and "is a dataset inside the right group" in said
+    assert "asks for the group itself" in said and "Count only the layers" not in said
+
+
+@pytest.mark.parametrize("answer", ["Layers/Dense_2", "LAYERS/DENSE_2/", "layers/Dense_2", "Dense_2",
+                                    "layers/dense_2/VARS"])
+def test_nb04_weight_group_in_another_case_is_refused_with_a_hint_about_case(answer):
+    """Issue 44: HDF5's keys are case-sensitive: h5py finds no 'Layers/Dense_2' in the file."""
+    result = check.nb04_weight_group(answer)
+    assert not result and repr(result).startswith("Not yet.") and "case-sensitive" in repr(result)
+    assert "Count only the layers" not in repr(result)
+
+
+def test_nb04_weight_groups_case_hint_is_what_h5py_does(tmp_path):
+    """The case hint's premise, on a file Keras wrote: the group is 'layers/dense_2', and h5py finds no
+    'Layers/Dense_2'."""
+    import h5py
+    import numpy as np
+
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        f.create_dataset("layers/dense_2/vars/0", data=np.zeros(2))
+    with h5py.File(tmp_path / "f.h5", "r") as f:
+        assert "layers/dense_2" in f and "Layers/Dense_2" not in f and "layers/Dense_2" not in f
+
+
+@pytest.mark.parametrize("answer", ["layers/logits", "layers/dense_1", "layers/dense_3", "dense",
+                                    "layers/dense_1/vars/0", "Layers/Dense_1"])
 def test_nb04_weight_group_wrong_value_hints_without_the_answer(answer):
     result = check.nb04_weight_group(answer)
     assert not result and repr(result).startswith("Not yet.") and "dense_2" not in repr(result)

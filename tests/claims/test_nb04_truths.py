@@ -49,6 +49,31 @@ WRAPPER = """
     verified = kit.load_verified(rebuilt(), path)
     out["verified"] = [int(verified.optimizer.iterations), same(state(verified), state(trained)),
                        same(verified.get_weights(), trained.get_weights())]
+
+    # section 2: the wrapper's file into a fresh template (its Adam built): no weight loads, the optimizer state does
+    victim = template(); weights_before = victim.get_weights()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        victim.load_weights(path, skip_mismatch=True)
+    out["skip"] = [same(weights_before, victim.get_weights()), int(victim.optimizer.iterations),
+                   same(state(victim), state(trained)), [str(w.message).splitlines()[0] for w in caught]]
+    failed = template()                      # section 1: load_weights raises, after loading the optimizer state
+    try:
+        failed.load_weights(path); out["raised"] = None
+    except ValueError as err:
+        out["raised"] = [str(err).splitlines()[0], int(failed.optimizer.iterations), same(state(failed), state(trained))]
+    for built in (True, False):              # kit.load_verified refuses it and puts the optimizer state back
+        target = template()
+        if not built:
+            target.compile("adam", loss)     # a fresh Adam: its step counter and learning rate only
+        weights_before, state_before = target.get_weights(), state(target)
+        try:
+            kit.load_verified(target, path); refused = False
+        except kit.saving.LoadError:
+            refused = True
+        out[f"verified refused, optimizer built {built}"] = [
+            refused, same(weights_before, target.get_weights()), same(state_before, state(target)),
+            int(target.optimizer.iterations)]
     print(json.dumps(out))
 """
 
@@ -71,6 +96,34 @@ def test_building_the_optimizer_first_or_load_verified_restores_the_wrappers_sta
     """Section 1: the fix: optimizer.build(trainable_variables) before load_weights, or kit.load_verified."""
     assert wrapper["built"] == [wrapper["trained_step"], 0, True]
     assert wrapper["verified"] == [wrapper["trained_step"], True, True]
+
+
+def test_skip_mismatch_loads_no_weight_but_the_wrappers_optimizer_state_into_the_templates(wrapper):
+    """Section 2 (issue 44): the file's top-level optimizer group (the wrapper's Adam) fits the fresh template's
+    built Adam, and Keras loads it: the victim keeps its weights and takes the wrapper's step count and moments."""
+    weights_unchanged, step, same_state, said = wrapper["skip"]
+    assert weights_unchanged and step == wrapper["trained_step"] > 0 and same_state
+    assert said[0].startswith("A total of 2 objects could not be loaded")
+
+
+def test_a_load_weights_that_raises_has_loaded_the_optimizer_state_already(wrapper):
+    """Section 1 and 2: Keras loads every object it can, collects the failures and raises at the end
+    (_raise_loading_failure, after the walk over the file), so the ValueError comes after the optimizer's state
+    was loaded."""
+    from keras.src.saving import saving_lib
+
+    first_line, step, same_state = wrapper["raised"]
+    assert first_line.startswith("A total of 2 objects could not be loaded")
+    assert step == wrapper["trained_step"] and same_state
+    source = inspect.getsource(saving_lib.load_weights_only)
+    assert source.index("_load_state(") < source.index("_raise_loading_failure(")
+    assert "failed_saveables.add(" in inspect.getsource(saving_lib._load_state)
+
+
+def test_load_verified_refuses_the_wrappers_file_and_puts_the_optimizer_state_back(wrapper):
+    """Section 2: all or nothing, the optimizer's state included, whether the model's Adam was built or fresh."""
+    for built in (True, False):
+        assert wrapper[f"verified refused, optimizer built {built}"] == [True, True, True, 0], built
 
 
 LIMITS = """
@@ -323,6 +376,16 @@ HDF5 = """
         except OSError as e:
             out["one_attribute"] = str(e)
     out["nbytes"] = int(names.nbytes)
+    with h5py.File(os.path.join(d, "default.h5"), "w") as f:
+        out["default libver"] = f.libver[0]
+    for libver in ("earliest", "v108", "latest"):       # the format of HDF5 1.8+ stores large attributes densely
+        try:
+            with h5py.File(os.path.join(d, f"{libver}.h5"), "w", libver=libver) as f:
+                f.attrs["layer_names"] = names
+            with h5py.File(os.path.join(d, f"{libver}.h5"), "r") as f:
+                out[libver] = bool(np.array_equal(f.attrs["layer_names"], names))
+        except OSError as e:
+            out[libver] = str(e)
     # a few layers with long names: the optimizer's list of weight names is over 64 KB, and is split
     wide = keras.Sequential([keras.Input((4,))]
                             + [keras.layers.Dense(4, name=f"l{i}_" + "x" * 2000) for i in range(10)])
@@ -345,6 +408,19 @@ def test_a_large_models_layer_names_in_one_fixed_length_attribute_are_over_hdf5s
     """Section 6: what the Keras of 2017 did (keras-team/keras#5253): the 600 names in one attribute fail."""
     assert hdf5["nbytes"] == 600 * 121 > 64 * 1024
     assert "object header message is too large" in hdf5["one_attribute"]
+
+
+def test_the_limit_holds_in_h5pys_default_format_which_kerass_legacy_writer_uses(hdf5):
+    """Section 6 (issue 44): h5py's default format is libver='earliest', where attributes live in the object
+    header; with 'v108' or 'latest' the same 72,600-byte attribute saves (dense attribute storage). Keras's legacy
+    writer opens its file without a libver."""
+    from keras.src.legacy.saving import legacy_h5_format
+
+    assert hdf5["default libver"] == "earliest"
+    assert "object header message is too large" in hdf5["earliest"]
+    assert hdf5["v108"] is True and hdf5["latest"] is True
+    source = inspect.getsource(legacy_h5_format.save_model_to_hdf5)
+    assert 'h5py.File(filepath, mode="w")' in source and "libver" not in source
 
 
 def test_todays_legacy_writer_splits_the_optimizers_weight_names_too(hdf5):

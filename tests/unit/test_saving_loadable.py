@@ -32,6 +32,10 @@ CLASSES = """
         def get_config(self):
             return {**super().get_config(), "heads": self.heads}
 
+    class SquaredError(keras.losses.Loss):          # a loss class, not registered
+        def call(self, y_true, y_pred):
+            return keras.ops.mean(keras.ops.square(y_true - y_pred), axis=-1)
+
     @keras.saving.register_keras_serializable(package="tests")
     class ForgetsHeads(Sub):                        # registered, but heads is not in its config: rebuilt with 4
         def get_config(self):
@@ -43,7 +47,7 @@ CHILD = """
     kit.setup(devices=2)
     import keras
     sys.path.insert(0, os.environ["CLASSES_DIR"])
-    from loadable_classes import Sub, Configured, Registered, ForgetsHeads
+    from loadable_classes import Sub, Configured, Registered, ForgetsHeads, SquaredError
     d = os.environ["OUT_DIR"]
     (x, y), _ = kit.data.digits()
 
@@ -81,6 +85,17 @@ CHILD = """
     out["forgets heads"] = save(trained(ForgetsHeads(heads=2)), "forgets.keras")
     inputs = keras.Input((64,))
     out["lambda"] = save(keras.Model(inputs, keras.layers.Dense(10)(keras.layers.Lambda(lambda t: t[:, :32])(inputs))), "lambda.keras")
+
+    # compiled with a loss Keras cannot find (issue 44): load_model(path, compile=False) loads the model
+    def squared_error(y_true, y_pred):               # defined here: the file names it as a builtins function
+        return keras.ops.mean(keras.ops.square(y_true - y_pred), axis=-1)
+    for name, loss in (("loss function", squared_error), ("loss class", SquaredError())):
+        plain = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+        plain.compile("adam", loss); plain.fit(x[:64], np.eye(10)[y[:64]], verbose=0)
+        out[name] = save(plain, name.replace(" ", "_") + ".keras")
+        back = keras.saving.load_model(os.path.join(d, name.replace(" ", "_") + ".keras"), compile=False)
+        out[name]["compile=False"] = [back.compiled, all(np.array_equal(a, b) for a, b in zip(
+            plain.get_weights(), back.get_weights()))]
 
     # no trace: the next random draws are those of a save that loads nothing, and the next automatic layer name
     # follows the one before the save (rebuilding Registered names two Dense layers: dense_8, dense_9)
@@ -162,3 +177,20 @@ def test_the_load_leaves_no_trace_in_random_state_or_layer_names(rows):
     saved, _ = rows
     weights_only, keras_file = saved["trace"]
     assert weights_only == keras_file and keras_file[2] == 1, saved["trace"]
+
+
+def test_a_loss_keras_cannot_find_warns_that_compile_false_loads_the_model(rows):
+    """Issue 44: a model compiled with an unregistered loss (a function, or a Loss class) is rebuilt by
+    load_model(path, compile=False); the warning says so, and the fix for a model class does not."""
+    saved, _ = rows
+    for name in ("loss function", "loss class"):
+        row = saved[name]
+        assert row["written"] and len(row["warned"]) == 1, (name, row)
+        said = row["warned"][0]
+        assert "keras.saving.load_model(path, compile=False) loads the model all the same, not compiled" in said
+        assert "call compile() on it again" in said and "register_keras_serializable()" in said
+        assert row["compile=False"] == [False, True], (name, row)
+    assert "Could not locate function 'squared_error'" in saved["loss function"]["warned"][0]
+    assert "it names loadable_classes.SquaredError" in saved["loss class"]["warned"][0]
+    for name in ("unregistered", "forgets heads", "lambda"):          # the model itself does not load: no such hint
+        assert "compile=False" not in saved[name]["warned"][0], name
