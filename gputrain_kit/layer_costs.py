@@ -15,11 +15,14 @@ read the same way. Rules, per sample, for the training step on Keras 3's TensorF
 - ``Dropout`` keeps the scaled input and the mask, both of the input's size and dtype;
 - ``BatchNormalization`` and ``LayerNormalization`` compute in float32: under a mixed policy they keep a float32
   copy of their input and of the normalized values;
-- ``MultiHeadAttention`` keeps query, key, value, the probabilities (heads x queries x keys, float32: the
-  softmax runs in float32 under mixed policies, plus their 16-bit copy), with ``dropout`` the dropped
-  probabilities and mask, the attention output and the output; its scores, their float32 copy and the
-  softmax's gradient are a step's temporaries (``flash_attention`` on a GPU backend keeps none of the
-  heads x queries x keys tensors: ``MemoryEstimate`` names it as a lever);
+- ``MultiHeadAttention`` keeps query, key, value, the probabilities (heads x queries x keys), with ``dropout``
+  the dropped probabilities and mask, the attention output and the output. Under a mixed policy the
+  probabilities are float32 plus their 16-bit copy only on Keras's fused path (``ops.dot_product_attention``,
+  whose softmax runs in float32), taken only without ``dropout``, without ``return_attention_scores`` and with
+  one attention axis (``_compute_attention`` in ``keras/src/layers/attention/multi_head_attention.py``); else
+  Keras's own ``Softmax`` layer runs under the layer's policy and keeps them in 16 bits. Its scores, their
+  float32 copy and the softmax's gradient are a step's temporaries (``flash_attention`` on a GPU backend, fused
+  path only, keeps none of the heads x queries x keys tensors: ``MemoryEstimate`` names it as a lever);
 - recurrent layers (``LSTM``, ``GRU``, ``SimpleRNN``) keep their gates, cell state and output for every time
   step (LSTM 6 units' worth per step, GRU 5, SimpleRNN 2): approximate, measure them;
 - a layer of a kind not named here: its output, plus one copy for internals: approximate, measure it.
@@ -108,9 +111,17 @@ def _internals(layer: Any, kind: str, inputs: list[Any], outputs: list[Any]) -> 
     return out, 0, 2 * out, True
 
 
-def _scores(layer: Any, inputs: list[Any]) -> int:
-    """heads x queries x keys per sample, where flash attention applies (no dropout inside the attention)."""
-    if float(getattr(layer, "dropout", 0.0) or 0.0) > 0:
+def _fused(layer: Any, inputs: list[Any], outputs: list[Any]) -> bool:
+    """Whether Keras runs this attention layer's fused path (``ops.dot_product_attention``: softmax in float32,
+    flash attention possible): no dropout, the scores not returned (one output), one attention axis (the query
+    (batch, positions, features): projected to rank 4)."""
+    dropout = float(getattr(layer, "dropout", 0.0) or 0.0)
+    return dropout == 0 and len(outputs) == 1 and bool(inputs) and len(inputs[0].shape) == 3
+
+
+def _scores(layer: Any, inputs: list[Any], outputs: list[Any]) -> int:
+    """heads x queries x keys per sample, where flash attention applies (Keras's fused path only)."""
+    if not _fused(layer, inputs, outputs):
         return 0
     query = inputs[0]
     key = inputs[2] if len(inputs) > 2 else (inputs[1] if len(inputs) > 1 else query)
@@ -137,8 +148,12 @@ def _attention(layer: Any, inputs: list[Any], outputs: list[Any]) -> tuple[int, 
     kept = qkv + attended + (2 * scores if dropout > 0 else 0)
     if dropout > 0:
         kept += q_len * heads * key_dim                  # the scaled query the scores' einsum reads
-    probs32 = scores                                     # under a mixed policy the softmax runs in float32
-    kept += scores                                       # the probabilities at the compute precision
+    # the fused path's softmax runs in float32 under a mixed policy, then casts back; Keras's Softmax layer (dropout,
+    # scores returned, several attention axes) computes under the layer's policy, in 16 bits
+    probs32 = scores if _fused(layer, inputs, outputs) else 0
+    if len(outputs) == 1:
+        kept += scores                                   # the probabilities at the compute precision
+    # (returned scores are the probabilities: counted as the layer's output)
     # scores, their float32 copy and the masked scores, then the softmax's gradient: transient
     temporary = 2 * scores
     return kept, probs32, temporary, False
@@ -263,7 +278,7 @@ def trace_profile(model: Any, specs: list[tuple[tuple[int, ...], str]], LayerSta
                 kept += _elements(t)
         seen.update(id(t) for t in outputs)
         extra, extra32, temporary, approximate = _internals(layer, kind, inputs, outputs)
-        scores = _scores(layer, inputs) if kind in ("MultiHeadAttention", "GroupQueryAttention") else 0
+        scores = _scores(layer, inputs, outputs) if kind in ("MultiHeadAttention", "GroupQueryAttention") else 0
         params, trainable = _sizes(layer)
         # a mixed policy copies the trainable kernels of every layer computing in 16 bits (autocast), each step
         follows = not global_mixed or _is_16(getattr(layer, "compute_dtype", "float32"))

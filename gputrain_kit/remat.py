@@ -112,4 +112,6 @@ def rematerialize(model: Any):
     for end in ends:
         segments.append(segment(layers[start:end + 1], name=f"remat_{len(segments)}"))
         start = end + 1
-    return keras.Sequential([keras.Input(model.inputs[0].shape[1:])] + segments, name=f"{model.name}_remat")
+    # the input's dtype too: an int32 input of token ids (an Embedding first) stays int32, a string input a string
+    given = model.inputs[0]
+    return keras.Sequential([keras.Input(given.shape[1:], dtype=given.dtype)] + segments, name=f"{model.name}_remat")

@@ -54,3 +54,27 @@ def test_rematerialize_gives_the_plain_models_gradients_in_training(kind):
         # the segments give gradients that differ from the plain model's, though the forward outputs agree.
         pytest.xfail(f"XLA with BatchNormalization and Dropout together: relative difference {out['True']['rel']:.3g}")
     assert out["True"]["rel"] < 1e-5, out        # the same under XLA (fit's default on TensorFlow without determinism)
+
+
+def test_rematerialize_keeps_the_input_dtype_so_token_ids_stay_ids():
+    """Tenth read (issue 44): the rebuilt model's Input dropped the dtype, so an int32 input of token ids became
+    float32, and measure_memory(remat=True) fed the Embedding random floats instead of ids."""
+    from conftest import last_json, run_python
+
+    out = last_json(run_python("""
+        import json, numpy as np, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras, tensorflow as tf
+        from gputrain_kit._children.measure import sample_batch
+        keras.utils.set_random_seed(0)
+        plain = keras.Sequential([keras.Input((16,), dtype="int32"), keras.layers.Embedding(50, 8),
+                                  keras.layers.Dense(8, activation="gelu"), keras.layers.GlobalAveragePooling1D(),
+                                  keras.layers.Dense(4)])
+        remat = kit.memory.rematerialize(plain)
+        ids = np.arange(64, dtype="int32").reshape(4, 16) % 50
+        x, _ = sample_batch(remat, 8)
+        print(json.dumps({"input": str(remat.inputs[0].dtype), "fed": x.dtype.name,
+                          "fed ids": bool(tf.reduce_all((x >= 0) & (x < 50))),
+                          "same outputs": bool(np.allclose(plain(ids), remat(ids), atol=1e-6))}))
+    """))
+    assert out == {"input": "int32", "fed": "int32", "fed ids": True, "same outputs": True}, out
