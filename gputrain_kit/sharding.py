@@ -3,9 +3,9 @@ measured from the arrays themselves, what a layout should give, and the silent t
 that matches no variable.
 
 A ``LayoutMap`` maps regular expressions to layouts. Keras 3.15 matches a key with ``re.fullmatch`` against
-the variable's whole path: a Sequential model's paths start with its name (``"mlp/d1/kernel"``), so
-``"d.*/kernel"`` matches nothing; a functional model's do not (``"ff1/kernel"``), and after ``load_model`` the
-Sequential's variable is ``"d1/kernel"`` too. A key that matches nothing is
+the variable's whole path: a Sequential or a subclassed model's paths start with its name (``"mlp/d1/kernel"``),
+so ``"d.*/kernel"`` matches nothing; a functional model's do not (``"ff1/kernel"``), and after ``load_model`` the
+Sequential's (or the subclassed model's) variable is ``"d1/kernel"`` too. A key that matches nothing is
 not an error to Keras: the variables stay replicated on every device, and training runs as before, with no
 memory saved. ``check_layout_map`` makes that an error, before training.
 
@@ -180,8 +180,8 @@ def _key_advice(key: str, paths: list[str], name: str) -> tuple[str, str]:
         found = [p for p in paths if re.fullmatch(candidate, p)]
         if found:
             return (f"This model's paths {'start' if named else 'do not start'} with its name {name!r}, e.g. "
-                    f"{found[0]!r} (a Sequential model built fresh has its name first; a functional or a reloaded "
-                    "one has not).",
+                    f"{found[0]!r} (a Sequential or a subclassed model built fresh has its name first; a functional "
+                    "or a reloaded one has not).",
                     f"Fix: {how}: {candidate!r} matches {_shown(found, 3)} here, and the same paths under any "
                     "prefix.")
     tried = f"nor with {candidates[0][0]!r}" if candidates else f"it already starts with {_PREFIX!r}"

@@ -28,8 +28,20 @@ def fn(name="fn"):
     inputs = keras.Input((4,))
     return keras.Model(inputs, keras.layers.Dense(2, name="d1")(inputs), name=name)
 
-models = {"mlp": mlp(), "block": block(), "cnn": cnn(), "fn": fn()}
+class Sub(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.d1 = keras.layers.Dense(4, name="d1")
+        self.d2 = keras.layers.Dense(2, name="d2")
+
+    def call(self, x):
+        return self.d2(self.d1(x))
+
+sub = Sub(name="sub")
+sub(keras.ops.zeros((1, 3)))
+models = {"mlp": mlp(), "block": block(), "cnn": cnn(), "fn": fn(), "sub": sub}
 cases = {"mlp: no prefix": ("mlp", ["d.*/kernel"]),
+         "sub: no prefix": ("sub", ["d.*/kernel"]),
          "fn: the model's name first": ("fn", ["fn/d[0-9]+/kernel"]),
          "block: the model's name first": ("block", ["block/ff.*/kernel"]),
          "block: a conv key, prefixed": ("block", ["(.*/)?conv2d.*/kernel"]),
@@ -69,6 +81,7 @@ def _no_made_up_path(message: str, paths: list[str], keys: tuple[str, ...] = ())
 
 @pytest.mark.parametrize("case, model, fixed", [
     ("mlp: no prefix", "mlp", "'(.*/)?d.*/kernel' matches 'mlp/d1/kernel', 'mlp/d2/kernel', 'mlp/d3/kernel'"),
+    ("sub: no prefix", "sub", "'(.*/)?d.*/kernel' matches 'sub/d1/kernel', 'sub/d2/kernel'"),
     ("fn: the model's name first", "fn", "put '(.*/)?' in place of 'fn/': '(.*/)?d[0-9]+/kernel' matches 'd1/kernel'"),
     ("block: the model's name first", "block", "'(.*/)?ff.*/kernel' matches 'ff1/kernel', 'ff2/kernel'"),
 ])
@@ -109,3 +122,12 @@ def test_each_key_gets_its_own_advice(answers):
 def test_a_map_whose_keys_all_match_passes(answers):
     assert answers["mlp: all match"]["ok"] == {"(.*/)?d[0-9]+/kernel": ["mlp/d1/kernel", "mlp/d2/kernel",
                                                                        "mlp/d3/kernel"]}
+
+
+def test_the_message_names_sequential_and_subclassed_models_as_the_ones_with_their_name_first(answers):
+    """Tenth read (issue 44): a subclassed model's paths start with its name too ('sub/d1/kernel'), and the message
+    said only "a Sequential model built fresh has its name first"."""
+    assert all(p.startswith("sub/") for p in answers["paths"]["sub"])
+    for case in ("sub: no prefix", "mlp: no prefix", "fn: the model's name first"):
+        assert ("(a Sequential or a subclassed model built fresh has its name first; a functional or a reloaded "
+                "one has not)") in answers[case]["message"], case
