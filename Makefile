@@ -41,12 +41,13 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 # Independent test files run on $(UNIT_WORKERS) processes (pytest-xdist; a file's tests stay together, sharing
-# their module's fixtures); then the tests marked `timing` (a widget's update time, shares of busy time) run
-# alone, where nothing else competes for the cores. Both parts always run; either failing fails `make unit`.
-UNIT_WORKERS ?= 2
+# their module's fixtures), the slowest files first (tests/file_seconds.json: no worker ends on a long file alone);
+# then the tests marked `timing` (a widget's update time, shares of busy time) run alone, where nothing else
+# competes for the cores. Both parts always run; either failing fails `make unit`. One worker per core, 2 to 4.
+UNIT_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); if [ $$n -lt 2 ]; then n=2; elif [ $$n -gt 4 ]; then n=4; fi; echo $$n)
 unit: $(STAMP)
 	@status=0; \
-	$(PY) -m pytest tests -n $(UNIT_WORKERS) --dist loadfile -m "not timing and not wheel and not platform" $(UNIT_ARGS) || status=$$?; \
+	$(PY) -m pytest tests -n $(UNIT_WORKERS) --dist loadfile --no-loadscope-reorder -m "not timing and not wheel and not platform" $(UNIT_ARGS) || status=$$?; \
 	$(PY) -m pytest tests -p no:xdist -m timing $(UNIT_ARGS) || status=$$?; \
 	exit $$status
 

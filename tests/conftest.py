@@ -73,7 +73,11 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip @pytest.mark.gpu tests, with the reason, where no GPU can be used."""
+    """The slowest test files first (tests/file_seconds.json, measured), so that `make unit`'s workers do not end on
+    one long file while the other waits (xdist's loadfile takes files in this order with --no-loadscope-reorder);
+    then skip @pytest.mark.gpu tests, with the reason, where no GPU can be used."""
+    seconds = json.loads((ROOT / "tests" / "file_seconds.json").read_text())["seconds"]
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0))      # stable: a file's order kept
     marked = [item for item in items if item.get_closest_marker("gpu")]
     if not marked:
         return
