@@ -726,3 +726,46 @@ def test_the_auto_shard_policy_decides_between_the_legacy_and_the_balanced_rebat
     assert "auto_shard_policy !=\n      AutoShardPolicy.OFF" in wrap and "_AutoShardDataset(" in wrap
     assert "AutoShardPolicy.DATA" in inspect.getsource(array_data_adapter)
     assert distribute.batch_sizes_for_worker(5, 1, 4, 0).numpy().tolist() == [2, 1, 1, 1]
+
+@pytest.mark.parametrize("family", ["onednn", "eigen"])
+def test_synchronized_statistics_at_a_fixed_global_batch_do_not_change_with_the_replica_count(family):
+    """Notebook 05 section 4 (issue 44, eleventh read: the tenth read's "the loss changes with the replica count" was
+    backwards): at a fixed global batch of 64, synchronized BatchNorm's first-step loss is the one-device model's on 2
+    and 4 replicas (to float32 summation order), per-replica statistics' is not; with a fixed batch of 16 per replica
+    (the global batch growing with the replicas) synchronized statistics change with the replica count."""
+    proc = run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=4)
+        import numpy as np, keras, tensorflow as tf
+        rng = np.random.default_rng(0)
+        x = (rng.normal(size=(64, 16)) * np.linspace(0.2, 3, 64)[:, None]).astype("float32")
+        y = rng.integers(0, 4, 64)
+        def first_loss(replicas, sync, batch):
+            strategy = kit.training.strategy_for(replicas) if replicas > 1 else tf.distribute.get_strategy()
+            keras.utils.set_random_seed(0)
+            with strategy.scope():
+                m = keras.Sequential([keras.Input((16,)), keras.layers.Dense(32),
+                                      keras.layers.BatchNormalization(synchronized=sync), keras.layers.ReLU(),
+                                      keras.layers.Dense(4)])
+                m.compile(keras.optimizers.SGD(0.0), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            return float(m.fit(x[:batch], y[:batch], batch_size=batch, epochs=1, verbose=0,
+                               shuffle=False).history["loss"][0])
+        out = {f"{r} {s}": first_loss(r, s, 64) for r in (1, 2, 4) for s in (False, True)}
+        out["per replica 16"] = [first_loss(r, True, 16 * r) for r in (1, 2, 4)]
+        print(json.dumps(out))
+    """, env={"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"})
+    out = last_json(proc)
+    one = out["1 True"]
+    assert abs(out["1 False"] - one) < 1e-6                       # one device: the same statistics either way
+    assert abs(out["2 True"] - one) < 1e-4 and abs(out["4 True"] - one) < 1e-4, out
+    assert abs(out["4 False"] - one) > 1e-3, out                  # per-replica statistics: another loss
+    grown = out["per replica 16"]
+    assert abs(grown[2] - grown[0]) > 1e-3, grown                 # a global batch that grows: another loss
+    import json as _json
+    from pathlib import Path
+
+    nb = _json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "05_batchnorm_nan.ipynb").read_text())
+    text = " ".join(" ".join("".join(c["source"]) for c in nb["cells"]).split())
+    assert "so the statistics, and the loss, change with the replica count" not in text
+    assert "At a fixed global batch that gives the one-device model's statistics on any replica count" in text
+    assert "they fail on a healthy conv net too" not in text and "can fail on a healthy conv net too" in text
