@@ -81,10 +81,10 @@ def test_kept_tensors_are_16_bit_and_the_transformer_peak_falls_as_the_notebook_
     kept, peaks = out["kept"], out["peaks"]
     # 16-bit whatever the family: half the float32 tensors plus the 16-bit kernels and batch, which the allocator's
     # rounding of blocks can raise by up to a fifth (measured 23.5 to 27.9 MB against 23.7 MB); the halving saves
-    # 7 to 11 MB (the notebook's words). Float32 copies kept on the tape would keep as much as float32 or more.
+    # 7 to 14 MB (the notebook's words). Float32 copies kept on the tape would keep as much as float32 or more.
     assert out["half"] * 0.95 < kept["mixed_bfloat16"] < out["half"] * 1.2, out
     assert kept["mixed_bfloat16"] / kept["float32"] < 0.85, out
-    assert 6e6 < kept["float32"] - kept["mixed_bfloat16"] < 12e6, out
+    assert 6e6 < kept["float32"] - kept["mixed_bfloat16"] < 15e6, out
     twin = peaks["the twin"]["mixed_bfloat16"] / peaks["the twin"]["float32"] - 1
     small = peaks["a small transformer"]["mixed_bfloat16"] / peaks["a small transformer"]["float32"] - 1
     assert small < -0.10, out
@@ -188,8 +188,9 @@ def test_the_prose_says_kept_activations_are_16_bit_and_limits_the_twins_result(
                   "and only where the kernels compute in 16 bits"):
         assert stale not in prose, stale
     for said in ("halves the activations a step keeps whatever the kernels", "What holds for the twin on every CPU",
-                 "the activations a step keeps are 16-bit there too", "activations and the working set (kept in 16 "
-                 "bits on any hardware)", "what a step keeps is 16-bit on any hardware",
+                 "the activations a step keeps are 16-bit there too", "activations and the working set (each layer's output kept "
+                 "in 16 bits on any hardware; normalization layers keep float32 copies too)",
+                 "every layer's output a step keeps is 16-bit on any hardware (normalization layers keep float32 copies",
                  "went from about 218 to 171 MB under both families, 22% off, against the estimate's 32% (256.0 to "
                  "174.8 MB)", "AVX-512 or AVX-NE-CONVERT", "a few MB whatever the model's size"):
         assert said in prose, said

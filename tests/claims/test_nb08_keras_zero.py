@@ -106,10 +106,10 @@ def test_the_prose_the_review_found_misleading_is_gone():
         assert stale not in prose, stale
     # tenth read: the claim is the twin's (a small transformer saved 22%), said with that limit
     assert ("On the twin, emulated bfloat16 saved nothing in the runs on record: most kept the peak within 1% or raised "
-            "it, by up to about 15%, and a few took a little off (2% and, in a reader's run on a busy machine, 6%), "
+            "it, by up to about 20%, and a few took a little off (2% and, in a reader's run on a busy machine, 6%), "
             "nowhere near the estimate's 21%") in prose
     assert ("on the twin they cancel the saving (in the runs on record the measured peak mostly stayed within 1% or "
-            "rose, by up to about 15%, a few took 2 to 6% off, far from the estimate's 21%)") in prose
+            "rose, by up to about 20%, a few took 2 to 6% off, far from the estimate's 21%)") in prose
     code = _source("8e206f7e")
     assert '"kept the peak, within 1%" if abs(change) < 0.01' in code    # the sign's verdict, printed in every run
     assert "{change:+.1%}" in code
