@@ -208,7 +208,7 @@ class CpuKernels:
         if self.bf16_by_onednn:
             return f"in oneDNN's bf16 kernels (a CPU {instructions} bf16 instructions)"
         if self.family == "onednn":
-            return "emulated: oneDNN runs bf16 only on CPUs with AVX-512, so TensorFlow falls back to Eigen"
+            return "emulated: oneDNN runs bf16 only on CPUs with AVX-512 or AVX-NE-CONVERT, so TensorFlow falls back to Eigen"
         return f"emulated by Eigen, converted to float32 and back (a CPU {instructions} bf16 instructions)"
 
     def short(self) -> str:

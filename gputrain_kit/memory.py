@@ -372,7 +372,9 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
     levers = []
     if dtype_policy != "float32":
         levers.append(f"{dtype_policy}: float32 variables, gradients and slots; {act_bytes}-byte activations "
-                      "where the kernels compute in 16 bits (GPUs; on most CPUs 16 bits are emulated: measure)"
+                      "(every layer's output; normalization layers keep float32 copies too); where 16-bit "
+                      "arithmetic is emulated (most CPUs), matrix multiplications add float32 copies while they "
+                      "run: measure"
                       + ("; LossScaleOptimizer adds 4 scalars" if dtype_policy == "mixed_float16" else ""))
     if remat:
         count = sum(s.kind != "loss" for s in stats)
