@@ -130,18 +130,36 @@ def _scores(layer: Any, inputs: list[Any], outputs: list[Any]) -> int:
                                                                          else 1)
 
 
+def _attended(layer: Any, query: Any, key: Any) -> tuple[int, int, int, bool]:
+    """(query positions, key positions, scores per head, several axes) per sample: Keras attends over
+    ``attention_axes`` (default: every axis between the batch and the features), and every other positional axis
+    multiplies the scores like a batch; an (H, W, C) image attends over H x W positions."""
+    import math
+
+    q_dims, k_dims = [int(d) for d in query.shape[1:-1]], [int(d) for d in key.shape[1:-1]]
+    if not q_dims:
+        return 1, 1, 1, False
+    axes = getattr(layer, "_attention_axes", None)
+    rank = len(query.shape)
+    chosen = range(1, rank - 1) if axes is None else [a % rank for a in (axes if isinstance(axes, (list, tuple))
+                                                                         else (axes,))]
+    at = sorted({a - 1 for a in chosen if 0 < a < rank - 1})
+    q_at = math.prod(q_dims[a] for a in at)
+    k_at = math.prod(k_dims[a] for a in at if a < len(k_dims))
+    return math.prod(q_dims), math.prod(k_dims), q_at * k_at * (math.prod(q_dims) // q_at), len(at) > 1
+
+
 def _attention(layer: Any, inputs: list[Any], outputs: list[Any]) -> tuple[int, int, int, bool]:
     """MultiHeadAttention's internals (see the module's docstring), per sample."""
     query = inputs[0]
     value = inputs[1] if len(inputs) > 1 else query
     key = inputs[2] if len(inputs) > 2 and inputs[2] is not None else value
-    q_len = int(query.shape[1]) if len(query.shape) > 2 else 1
-    k_len = int(key.shape[1]) if len(key.shape) > 2 else 1
+    q_len, k_len, per_head, several = _attended(layer, query, key)
     heads = int(getattr(layer, "num_heads", getattr(layer, "num_query_heads", 1)))
     key_dim = int(getattr(layer, "key_dim", getattr(layer, "head_dim", 1)) or 1)
     value_dim = int(getattr(layer, "value_dim", None) or key_dim)
     kv_heads = int(getattr(layer, "num_key_value_heads", heads))
-    scores = heads * q_len * k_len
+    scores = heads * per_head
     qkv = q_len * heads * key_dim + k_len * kv_heads * (key_dim + value_dim)
     attended = q_len * heads * value_dim
     dropout = float(getattr(layer, "dropout", 0.0) or 0.0)
@@ -156,7 +174,7 @@ def _attention(layer: Any, inputs: list[Any], outputs: list[Any]) -> tuple[int, 
     # (returned scores are the probabilities: counted as the layer's output)
     # scores, their float32 copy and the masked scores, then the softmax's gradient: transient
     temporary = 2 * scores
-    return kept, probs32, temporary, False
+    return kept, probs32, temporary, several           # several attention axes: Keras's einsum path, approximate
 
 
 def _tensors(value: Any) -> list[Any]:

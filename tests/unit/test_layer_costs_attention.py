@@ -119,3 +119,34 @@ def test_a_transformer_with_attention_dropout_plans_16_bit_probabilities():
     unfused = 2 * 32 * (3 * 4 * 128 * 128 + 128 * 128) * 2
     assert with_dropout["mixed_bfloat16"] - without["mixed_bfloat16"] == unfused - fused, (with_dropout, without)
     assert round(with_dropout["mixed_bfloat16"] / 1e6, 1) == 174.8, with_dropout    # was 191.5 (issue 44)
+
+
+def test_attention_over_several_axes_counts_every_attended_position():
+    """Eleventh read (issue 44): MultiHeadAttention over (H, W) of an image (attention_axes=(1, 2), or the default on a
+    rank-4 input) attends H x W positions to H x W; the planner counted shape[1] only (8.8 MB estimated for a layer
+    measured at 357 MB). Now the scores are heads x (H W)^2 per sample, attention over one of two axes multiplies by
+    the other like a batch, and a layer over several axes is marked approximate (Keras's einsum path)."""
+    out = last_json(run_python("""
+        import json, gputrain_kit as kit
+        kit.setup(devices=1)
+        import keras
+        def model(**options):
+            x = keras.Input((8, 6, 16))
+            return keras.Model(x, keras.layers.MultiHeadAttention(2, 8, name="att", **options)(x, x))
+        def sequence():
+            x = keras.Input((48, 16))
+            return keras.Model(x, keras.layers.MultiHeadAttention(2, 8, name="att")(x, x))
+        out = {}
+        for name, build in (("both axes", lambda: model(attention_axes=(1, 2))), ("default", model),
+                            ("rows", lambda: model(attention_axes=(1,))), ("sequence", sequence)):
+            stat = next(s for s in kit.memory.profile(build()) if s.name == "att")
+            out[name] = {"kept": stat.activations, "approximate": stat.approximate}
+        print(json.dumps(out))
+    """))
+    # query, key, value, the attended values (2 heads x 8) and the layer's output (16 features), at 48 positions
+    qkv_out = 48 * 2 * 8 * 3 + 48 * 2 * 8 + 48 * 16
+    assert out["both axes"] == out["default"], out
+    assert out["both axes"]["kept"] == qkv_out + 2 * 48 * 48, out          # + the probabilities: heads x 48 x 48
+    assert out["both axes"]["approximate"] and not out["sequence"]["approximate"], out
+    assert out["sequence"]["kept"] == out["both axes"]["kept"], out         # 48 positions either way
+    assert out["rows"]["kept"] == qkv_out + 2 * 6 * 8 * 8, out               # 8 x 8 per column, 6 columns
