@@ -119,15 +119,22 @@ def _fused(layer: Any, inputs: list[Any], outputs: list[Any]) -> bool:
     return dropout == 0 and len(outputs) == 1 and bool(inputs) and len(inputs[0].shape) == 3
 
 
+def _query_key(inputs: list[Any]) -> tuple[Any, Any]:
+    """An attention layer's query and key tensors: (query, value, key), the key the value where none is given."""
+    query = inputs[0]
+    value = inputs[1] if len(inputs) > 1 else query
+    return query, inputs[2] if len(inputs) > 2 and inputs[2] is not None else value
+
+
+def _heads(layer: Any) -> int:
+    return int(getattr(layer, "num_heads", getattr(layer, "num_query_heads", 1)))
+
+
 def _scores(layer: Any, inputs: list[Any], outputs: list[Any]) -> int:
     """heads x queries x keys per sample, where flash attention applies (Keras's fused path only)."""
     if not _fused(layer, inputs, outputs):
         return 0
-    query = inputs[0]
-    key = inputs[2] if len(inputs) > 2 else (inputs[1] if len(inputs) > 1 else query)
-    heads = int(getattr(layer, "num_heads", getattr(layer, "num_query_heads", 1)))
-    return heads * (int(query.shape[1]) if len(query.shape) > 2 else 1) * (int(key.shape[1]) if len(key.shape) > 2
-                                                                         else 1)
+    return _heads(layer) * _attended(layer, *_query_key(inputs))[2]
 
 
 def _attended(layer: Any, query: Any, key: Any) -> tuple[int, int, int, bool]:
@@ -151,11 +158,8 @@ def _attended(layer: Any, query: Any, key: Any) -> tuple[int, int, int, bool]:
 
 def _attention(layer: Any, inputs: list[Any], outputs: list[Any]) -> tuple[int, int, int, bool]:
     """MultiHeadAttention's internals (see the module's docstring), per sample."""
-    query = inputs[0]
-    value = inputs[1] if len(inputs) > 1 else query
-    key = inputs[2] if len(inputs) > 2 and inputs[2] is not None else value
-    q_len, k_len, per_head, several = _attended(layer, query, key)
-    heads = int(getattr(layer, "num_heads", getattr(layer, "num_query_heads", 1)))
+    q_len, k_len, per_head, several = _attended(layer, *_query_key(inputs))
+    heads = _heads(layer)
     key_dim = int(getattr(layer, "key_dim", getattr(layer, "head_dim", 1)) or 1)
     value_dim = int(getattr(layer, "value_dim", None) or key_dim)
     kv_heads = int(getattr(layer, "num_key_value_heads", heads))
