@@ -188,15 +188,14 @@ def test_forked_cases_report_what_a_fresh_interpreter_reports(both, monkeypatch)
     process."""
     from gputrain_kit import batchnorm
 
-    cases = [("dense", "scale=False", "last step empty"), ("conv", "synchronized", "last step empty"),
-             ("dense", "synchronized", "last step empty")]
+    cases = [("dense", "scale=False", "last step empty"), ("conv", "synchronized", "last step empty")]
     forked = [both.outcome(*case, kernels="onednn") for case in cases]
     monkeypatch.setenv("GPUTRAIN_FORK", "0")
     plain = batchnorm.run_cases(cases, processes=1, kernels="onednn")
     for a, b in zip(forked, plain.results):
         assert (a.outcome, a.nan_copies, a.nan_rows, a.later_fit[:40]) == (b.outcome, b.nan_copies, b.nan_rows,
                                                                          b.later_fit[:40]), (a, b)
-    assert [r.outcome for r in forked] == ["silent NaN", "crash", "healthy"]
+    assert [r.outcome for r in forked] == ["silent NaN", "crash"]
 
 
 def users_dense():

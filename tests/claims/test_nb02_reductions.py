@@ -69,12 +69,13 @@ RECORD = """
 """
 
 
-@pytest.mark.parametrize("family", ["1", "0"], ids=["onednn", "eigen"])
-def test_only_float_all_reduces_take_the_configured_op(family):
+def test_only_float_all_reduces_take_the_configured_op():
     """mirrored_strategy.py: ``_reduce_to`` sends a reduction to a CPU (every one on CPU devices) through
     ReductionToOneDevice, ``_get_cross_device_ops`` every int32 value; ``_batch_reduce_to`` (all_reduce, the
-    gradients) uses the configured op for float values, wherever the sum goes (a CPU, one device)."""
-    out = last_json(run_python(RECORD, env={"TF_ENABLE_ONEDNN_OPTS": family}))
+    gradients) uses the configured op for float values, wherever the sum goes (a CPU, one device).
+    One run, in this process's kernel family: which op TensorFlow picks is Python in mirrored_strategy.py, and strict
+    nbval compares notebook 02's instance of it under both families."""
+    out = last_json(run_python(RECORD))
     assert out["restored"], "record_reductions must put TensorFlow's methods back, even after an error"
     for name, op in [("default", "CollectiveAllReduce"), ("hierarchical", "HierarchicalCopyAllReduce")]:
         r = out[name]
@@ -207,13 +208,14 @@ DISPATCH = """
 """
 
 
-@pytest.mark.parametrize("family", ["1", "0"], ids=["onednn", "eigen"])
-def test_a_reduction_to_one_replicas_own_gpu_takes_reduction_to_one_device(family):
+def test_a_reduction_to_one_replicas_own_gpu_takes_reduction_to_one_device():
     """Notebook 02, section 3: ``_reduce_to`` (mirrored_strategy.py) sends a reduction to ReductionToOneDevice unless
     its destinations are exactly the replicas' devices (``_devices_match`` compares the sets) and none is a CPU:
     with 2 replicas, a reduction to GPU:0, a replica's own device, takes it too. Simulated CPU devices cannot show
-    it (the CPU rule fires first), so this drives TensorFlow's dispatch with values that name GPUs."""
-    out = last_json(run_python(DISPATCH, env={"TF_ENABLE_ONEDNN_OPTS": family}))
+    it (the CPU rule fires first), so this drives TensorFlow's dispatch with values that name GPUs.
+    One run, in this process's kernel family: which op TensorFlow picks is Python in mirrored_strategy.py, and strict
+    nbval compares notebook 02's instance of it under both families."""
+    out = last_json(run_python(DISPATCH))
     for name in ("2 replicas to GPU:0, a replica's own", "2 replicas to GPU:1, a replica's own",
                  "2 replicas to the host CPU"):
         assert out[name] == {"ran": ["ReductionToOneDevice"], "devices match": False}, (name, out)

@@ -164,7 +164,8 @@ def test_the_prose_says_what_issue_44_found():
         assert wrong not in prose, wrong
     for said in ("becomes a warning, and no weight is loaded. The optimizer's state, though, is loaded where it fits",
                  "so a `load_weights` that raises has changed the model already",
-                 "`skip_mismatch=True` loads no weight with only a warning, but loads the file's optimizer state",
+                 "`skip_mismatch=True` turns the failure into a warning: of the wrapper's file it loads no weight into the "
+                 "template (none sits where the template looks), but it loads the file's optimizer state where it fits",
                  "unless the crash hits the backup's own write",
                  "`BackupAndRestore(backup_dir, double_checkpoint=True)`",
                  "which catches an `OSError` only",

@@ -20,13 +20,14 @@ def _env(family: str) -> dict[str, str]:
     return {"TF_ENABLE_ONEDNN_OPTS": "1" if family == "onednn" else "0"}
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_rematscope_modes_in_a_traced_fit_and_eagerly(family):
+def test_rematscope_modes_in_a_traced_fit_and_eagerly():
     """Section 5: the modes that wrap a whole layer call fail in a traced fit where a wrapped layer is called
     with a keyword argument (Dense's `training`: custom_gradient refuses keyword arguments there), on a Dense
     stack and on a conv net; a Conv2D alone (call(inputs)) wrapped trains; 'activations' trains traced; every
     mode trains with run_eagerly=True; 'larger_than' and 'list_of_layers' with their defaults wrap no layer of the
-    small Dense stack (on the conv net 'larger_than' fails on its own Keras bug)."""
+    small Dense stack (on the conv net 'larger_than' fails on its own Keras bug).
+    One run, in this process's kernel family: custom_gradient's refusal is Python, and strict nbval compares cell
+    26's table under both families."""
     proc = run_python("""
         import json, re, gputrain_kit as kit
         kit.setup(devices=1)
@@ -61,7 +62,7 @@ def test_rematscope_modes_in_a_traced_fit_and_eagerly(family):
                     known = kit.explain(err)
                     out[f"{kind}/{label}"] = known.key if known else type(err).__name__ + ": " + str(err)[:300]
         print(json.dumps(out))
-    """, env=_env(family))
+    """)
     out = last_json(proc)
     for kind in ("dense", "conv"):
         for label in ("full", "larger_than-1"):
@@ -202,8 +203,9 @@ def twin_remat_activations():
 @pytest.mark.parametrize("family", FAMILIES)
 def test_rematscope_activations_saves_nothing_on_the_twin(family):
     """Section 7: RematScope("activations") leaves the twin's measured peak where it was (within 5%) or raises it,
-    under both CPU kernel families; at a smaller batch too."""
-    for batch in (2048, 512):
+    under both CPU kernel families, at a smaller batch than the notebook's (cell 47 prints the verdict at its batch
+    of 2048, which strict nbval compares under both)."""
+    for batch in (512,):
         plain = kit.measure_memory(twin, batch_size=batch, kernels=family).peak_bytes
         scoped = kit.measure_memory(twin_remat_activations, batch_size=batch, kernels=family).peak_bytes
         assert scoped >= 0.95 * plain, (family, batch, plain, scoped)

@@ -35,6 +35,12 @@ MEASURE = """
 
 FAMILIES = ("onednn", "eigen")
 NAMES = ["gpt_causal", "gpt_dropout", "cnn_bn", "lstm", "vit", "subclassed"]
+#: The models each kernel family measures. The conv net with BatchNorm (whose families disagree: `outside`) and the
+#: causal GPT (the transformer the planner once put 3-5x low) under both; the others under one each, where docs/memory.md's
+#: table has them furthest from the estimate (the LSTM 1.25x under Eigen, 0.94x under oneDNN), so that every kind of
+#: model meets the allocator and each family a transformer (each measurement is a process of its own).
+BY_FAMILY = {"onednn": ["gpt_causal", "cnn_bn", "vit", "subclassed"],
+             "eigen": ["gpt_causal", "cnn_bn", "lstm", "gpt_dropout"]}
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +48,15 @@ def measured() -> dict[str, dict[str, list[int]]]:
     """Per kernel family, "<model> <precision>" -> [allocator peak, estimate], each family in a fresh process."""
     out = {}
     for family in FAMILIES:
-        proc = run_python(f"NAMES = {NAMES!r}; FAMILY = {family!r}\n" + MEASURE.replace("\n    ", "\n"), timeout=1500)
+        proc = run_python(f"NAMES = {BY_FAMILY[family]!r}; FAMILY = {family!r}\n" + MEASURE.replace("\n    ", "\n"),
+                          timeout=1500)
         out[family] = last_json(proc)
     return out
+
+
+def test_every_model_is_measured_and_the_disagreeing_ones_under_both_families():
+    assert set(BY_FAMILY["onednn"]) | set(BY_FAMILY["eigen"]) == set(NAMES)
+    assert {"cnn_bn", "gpt_causal"} <= set(BY_FAMILY["onednn"]) & set(BY_FAMILY["eigen"])
 
 
 def outside(family: str, measured: dict[str, dict[str, list[int]]]) -> dict[str, float]:
@@ -69,7 +81,7 @@ def outside(family: str, measured: dict[str, dict[str, list[int]]]) -> dict[str,
 def test_estimate_within_1_5x_of_the_allocator(family, measured):
     """Float32 on every CPU; mixed_bfloat16 where this CPU's family runs bf16 in oneDNN kernels (elsewhere bf16 is
     emulated in float32 and the CPU's step holds more than a GPU's: docs/memory.md)."""
-    assert len(measured[family]) >= len(NAMES)
+    assert {key.split()[0] for key in measured[family]} == set(BY_FAMILY[family])
     off = outside(family, measured)
     assert not off, f"measured / estimate outside 1/{RATIO}..{RATIO} under {family}: {off}"
 

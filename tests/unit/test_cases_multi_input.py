@@ -46,18 +46,18 @@ def two_input_data(n=200, seed=6):
 LOSS = "sparse_categorical_crossentropy"
 
 
-@pytest.mark.parametrize("form", ["dict", "list"])
-def test_a_two_input_model_runs_under_both_families(form):
+@pytest.mark.parametrize("form, families", [("dict", ("onednn", "eigen")), ("list", ("onednn",))])
+def test_a_two_input_model_runs_under_both_families(form, families):
     """The conv branch meets the empty replica: oneDNN crashes it, Eigen trains on; drop_remainder trains under both.
-    Every input is cut alike (200 samples -> 12 x 16 + 3), and the matrix reads as for a one-input model."""
+    Every input is cut alike (200 samples -> 12 x 16 + 3), and the matrix reads as for a one-input model. The list
+    form differs from the dict form only in how the data travels: it runs under oneDNN only (the crash's family)."""
     img, vec, y = two_input_data()
     build, x = ((two_inputs, {"img": img, "vec": vec}) if form == "dict" else (two_inputs_listed, [img, vec]))
     name = build.__name__
-    m = batchnorm.run_cases(build=build, data=(x, y), loss=LOSS, batch_size=16, epochs=1,
-                            kernels=("onednn", "eigen"))
+    m = batchnorm.run_cases(build=build, data=(x, y), loss=LOSS, batch_size=16, epochs=1, kernels=families)
     assert m.cases == ((name, "as built", "last step empty"), (name, "as built", "drop_remainder"))
     assert m.note.startswith("Your data: 200 samples, cut to 195 = 12 x 16 + 3")
-    for family in ("onednn", "eigen"):
+    for family in families:
         fixed = m.outcome(name, "as built", "drop_remainder", family)
         assert fixed.outcome == "healthy" and fixed.rows == 195 and len(fixed.losses) == 1, fixed
         assert fixed.diverged == ()
@@ -67,7 +67,8 @@ def test_a_two_input_model_runs_under_both_families(form):
     # a crashed step can leave trainable copies apart (a race: see test_replica_divergence); when it does, it is said
     assert all(path.split("/")[-1] in ("kernel", "bias", "gamma", "beta") for path in crash.diverged)
     assert ("now differ" in crash.detail) == bool(crash.diverged)
-    assert m.outcome(name, "as built", "last step empty", "eigen").outcome != "crash"
+    if "eigen" in families:
+        assert m.outcome(name, "as built", "last step empty", "eigen").outcome != "crash"
 
 
 def test_start_cases_takes_a_dict_of_inputs():
