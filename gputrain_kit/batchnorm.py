@@ -4,7 +4,8 @@ behaviour: model kind x BN setting x batching -> outcome.
 "no BN" rows separate what BatchNormalization does from what the model's other layers do: with oneDNN CPU kernels
 (x86) a Conv2D's forward pass returns an empty batch in its input's whole shape (spatial size and channels: 1
 channel, not the layer's 8 filters), so the next layer fails on an empty replica batch, BatchNormalization or not
-(with input channels that do not broadcast to the filters, the Conv2D's own bias add fails first).
+(traced, as in fit, evaluate and predict, the Conv2D itself never fails; called eagerly, with input channels that
+do not broadcast to the filters, its own bias add fails first).
 
 Each case trains a small model for two epochs under ``MirroredStrategy`` over 4 devices on 1030 samples,
 global batch 64: without ``drop_remainder`` the last step is split [2, 2, 2, 0] and replica 3 gets nothing.

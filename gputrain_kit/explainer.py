@@ -64,8 +64,9 @@ _ENTRIES = (
         "arrays) tf.distribute gives each replica ceil(b / replicas) of a global batch of b, in replica order; "
         "with AutoShardPolicy.OFF it pours a short last batch into the full batch's even shares, in replica order. "
         "Either way a short last batch can leave the last replicas empty. " + _ONEDNN_CONV + ", and the next operation that "
-        "needs the layer's output shape fails (the Conv2D's own bias add when the input's channels do not broadcast "
-        "to its filters, BatchNormalization, its all-reduce, or the Dense layer after pooling). "
+        "needs the layer's output shape fails (BatchNormalization, its all-reduce, or the Dense layer after pooling; "
+        "a Conv2D called eagerly, outside fit, evaluate and predict, fails in its own bias add when the input's "
+        "channels do not broadcast to its filters). "
         "Its portable Eigen kernels, and the GPU of the kit's record, give the right shape and train on (into NaN "
         "where a BatchNormalization that is not synchronized averages 0 samples).",
         _EMPTY_FIX, "notebook 05, sections 1 and 5"),

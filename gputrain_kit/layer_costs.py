@@ -16,7 +16,8 @@ read the same way. Rules, per sample, for the training step on Keras 3's TensorF
 - ``BatchNormalization`` and ``LayerNormalization`` compute in float32: under a mixed policy they keep a float32
   copy of their input and of the normalized values;
 - ``MultiHeadAttention`` keeps query, key, value, the probabilities (heads x queries x keys), with ``dropout``
-  the dropped probabilities and mask, the attention output and the output. Under a mixed policy the
+  the dropped probabilities and mask, off the fused path the scaled query its scores' einsum reads, the attention
+  output and the output. Under a mixed policy the
   probabilities are float32 plus their 16-bit copy only on Keras's fused path (``ops.dot_product_attention``,
   whose softmax runs in float32), taken only without ``dropout``, without ``return_attention_scores`` and with
   one attention axis (``_compute_attention`` in ``keras/src/layers/attention/multi_head_attention.py``); else
@@ -168,11 +169,12 @@ def _attention(layer: Any, inputs: list[Any], outputs: list[Any]) -> tuple[int, 
     attended = q_len * heads * value_dim
     dropout = float(getattr(layer, "dropout", 0.0) or 0.0)
     kept = qkv + attended + (2 * scores if dropout > 0 else 0)
-    if dropout > 0:
+    fused = _fused(layer, inputs, outputs)
+    if not fused:       # Keras's einsum path (dropout, scores returned, several axes) scales the query first
         kept += q_len * heads * key_dim                  # the scaled query the scores' einsum reads
     # the fused path's softmax runs in float32 under a mixed policy, then casts back; Keras's Softmax layer (dropout,
     # scores returned, several attention axes) computes under the layer's policy, in 16 bits
-    probs32 = scores if _fused(layer, inputs, outputs) else 0
+    probs32 = scores if fused else 0
     if len(outputs) == 1:
         kept += scores                                   # the probabilities at the compute precision
     # (returned scores are the probabilities: counted as the layer's output)

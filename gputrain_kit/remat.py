@@ -105,6 +105,11 @@ def rematerialize(model: Any):
     if not isinstance(model, keras.Sequential):
         raise ArgumentTypeError(f"rematerialize: pass a keras.Sequential model (functional models: wrap "
                                 f"consecutive layers in keras.remat by hand), got {short(model)}.")
+    try:
+        given = model.inputs[0]
+    except (AttributeError, ValueError, IndexError):     # a Sequential without keras.Input, never built or called
+        raise ValueError(f"rematerialize: the model {model.name!r} has no input shape yet, so its segments cannot be "
+                         "built. Start it with keras.Input(shape), or call model.build((None, ...)) first.") from None
     layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
     ends = remat_checkpoints(len(layers))
     segment, start = _remat_segment_class(), 0
@@ -113,5 +118,4 @@ def rematerialize(model: Any):
         segments.append(segment(layers[start:end + 1], name=f"remat_{len(segments)}"))
         start = end + 1
     # the input's dtype too: an int32 input of token ids (an Embedding first) stays int32, a string input a string
-    given = model.inputs[0]
     return keras.Sequential([keras.Input(given.shape[1:], dtype=given.dtype)] + segments, name=f"{model.name}_remat")

@@ -175,13 +175,16 @@ def _key_advice(key: str, paths: list[str], name: str) -> tuple[str, str]:
     candidates = [] if key.startswith(_PREFIX) else [(_PREFIX + key, f"start the key with {_PREFIX!r}")]
     if rest and first == name:
         candidates.append((_PREFIX + rest, f"put {_PREFIX!r} in place of {first + '/'!r}"))
-    named = all(p.startswith(name + "/") for p in paths)
+    named = [p.startswith(name + "/") for p in paths]
+    which = ("This model's paths start" if all(named) else "This model's paths do not start" if not any(named)
+             else "Some of this model's paths start")
+    some = "" if all(named) or not any(named) else " and some do not"
     for candidate, how in candidates:
         found = [p for p in paths if re.fullmatch(candidate, p)]
         if found:
-            return (f"This model's paths {'start' if named else 'do not start'} with its name {name!r}, e.g. "
-                    f"{found[0]!r} (a Sequential or a subclassed model built fresh has its name first; a functional "
-                    "or a reloaded one has not).",
+            return (f"{which} with its name {name!r}{some}, e.g. {found[0]!r} (a Sequential or a subclassed model "
+                    "built fresh has its name first, except for a layer it builds in its __init__; a functional or a "
+                    "reloaded one has not).",
                     f"Fix: {how}: {candidate!r} matches {_shown(found, 3)} here, and the same paths under any "
                     "prefix.")
     tried = f"nor with {candidates[0][0]!r}" if candidates else f"it already starts with {_PREFIX!r}"

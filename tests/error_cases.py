@@ -182,6 +182,8 @@ case("load_verified", "path", "a file that does not exist", "kit.load_verified(d
 case("load_verified", "", "a .keras file that is not a zip", "kit.load_verified(dense, corrupt_keras)")
 case("load_verified", "", "a .weights.h5 file that is not HDF5", "kit.load_verified(dense, corrupt_h5)")
 case("load_verified", "", "weights of a wider model", "kit.load_verified(narrow, wide_file)")
+case("memory.rematerialize", "model", "a Sequential model without an input shape",
+     "kit.memory.rematerialize(unbuilt)")
 case("save_verified", "path", "a missing folder",
      "kit.save_verified(dense, os.path.join(tmp, 'no-such-folder', 'm.keras'))")
 case("save_verified", "path", "a file where the folder should be",

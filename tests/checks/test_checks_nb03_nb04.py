@@ -99,7 +99,8 @@ def test_nb04_resumed_epochs_wrong_value_hints_without_the_answer(answer):
     assert not result and repr(result).startswith("Not yet.") and "7, 8" not in repr(result)
 
 
-@pytest.mark.parametrize("answer", [7, "seven on", None, "10-7", "10 to 7"])   # a range written downwards: a form
+@pytest.mark.parametrize("answer", [7, "seven on", None, "10-7", "10 to 7", "4", "4 epochs"])   # a range written
+# downwards: a form; one number (a count of epochs, or one epoch) too
 def test_nb04_resumed_epochs_wrong_form_and_unanswered(answer):
     result = check.nb04_resumed_epochs(answer)
     assert not result and "Not a form this check reads" in repr(result) and "list" in repr(result)
@@ -118,6 +119,14 @@ def test_nb04_weight_group_a_dataset_inside_the_right_group_asks_for_the_group(a
     said = repr(check.nb04_weight_group(answer))
     assert said.startswith("Not yet.") and "is a dataset inside the right group" in said
     assert "asks for the group itself" in said and "Count only the layers" not in said
+
+
+@pytest.mark.parametrize("answer", ["layers/dense_2/vars/kernel", "layers/dense_2/kernel", "dense_2/vars/bias"])
+def test_nb04_weight_group_a_variable_by_name_points_inside_the_right_group(answer):
+    """Eleventh read: 'layers/dense_2/vars/kernel' got the miscount hint; the file numbers the variables."""
+    said = repr(check.nb04_weight_group(answer))
+    assert said.startswith("Not yet.") and "points inside the right group" in said and "vars/0 its kernel" in said
+    assert "Count only the layers" not in said
 
 
 @pytest.mark.parametrize("answer", ["Layers/Dense_2", "LAYERS/DENSE_2/", "layers/Dense_2", "Dense_2",

@@ -83,8 +83,10 @@ def test_planner_counts_float32_probabilities_only_on_the_fused_path():
     assert out["scores"]["float32"] == 0 and out["scores"]["flash"] == 0, out
     # dropout keeps the dropped probabilities and their mask, and the scaled query, beside the probabilities
     assert out["dropout"]["kept"] == out["plain"]["kept"] + 2 * scores + 128 * 128, out
-    # returned scores are the probabilities themselves, counted once, as the layer's output
-    assert out["scores"]["kept"] == out["plain"]["kept"], out
+    # returned scores are the probabilities themselves, counted once, as the layer's output; that path (Keras's
+    # einsum, as with dropout) scales the query before the scores' einsum, which keeps it (eleventh read: it was
+    # counted with dropout only)
+    assert out["scores"]["kept"] == out["plain"]["kept"] + 128 * 128, out
 
 
 def _transformer_source(dropout: float) -> str:
@@ -145,8 +147,9 @@ def test_attention_over_several_axes_counts_every_attended_position():
     """))
     # query, key, value, the attended values (2 heads x 8) and the layer's output (16 features), at 48 positions
     qkv_out = 48 * 2 * 8 * 3 + 48 * 2 * 8 + 48 * 16
+    scaled_query = 48 * 2 * 8            # Keras's einsum path (several axes) scales the query first, and keeps it
     assert out["both axes"] == out["default"], out
-    assert out["both axes"]["kept"] == qkv_out + 2 * 48 * 48, out          # + the probabilities: heads x 48 x 48
+    assert out["both axes"]["kept"] == qkv_out + 2 * 48 * 48 + scaled_query, out   # + probabilities: heads x 48 x 48
     assert out["both axes"]["approximate"] and not out["sequence"]["approximate"], out
-    assert out["sequence"]["kept"] == out["both axes"]["kept"], out         # 48 positions either way
-    assert out["rows"]["kept"] == qkv_out + 2 * 6 * 8 * 8, out               # 8 x 8 per column, 6 columns
+    assert out["sequence"]["kept"] == qkv_out + 2 * 48 * 48, out           # 48 positions either way; fused
+    assert out["rows"]["kept"] == qkv_out + 2 * 6 * 8 * 8 + scaled_query, out   # 8 x 8 per column, 6 columns

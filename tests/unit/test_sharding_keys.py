@@ -39,9 +39,24 @@ class Sub(keras.Model):
 
 sub = Sub(name="sub")
 sub(keras.ops.zeros((1, 3)))
-models = {"mlp": mlp(), "block": block(), "cnn": cnn(), "fn": fn(), "sub": sub}
+
+class Early(keras.Model):
+    """d1 built in __init__ (outside the model's name scope), d2 at the first call."""
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.d1 = keras.layers.Dense(4, name="d1")
+        self.d1.build((None, 3))
+        self.d2 = keras.layers.Dense(2, name="d2")
+
+    def call(self, x):
+        return self.d2(self.d1(x))
+
+early = Early(name="early")
+early(keras.ops.zeros((1, 3)))
+models = {"mlp": mlp(), "block": block(), "cnn": cnn(), "fn": fn(), "sub": sub, "early": early}
 cases = {"mlp: no prefix": ("mlp", ["d.*/kernel"]),
          "sub: no prefix": ("sub", ["d.*/kernel"]),
+         "early: the model's name first": ("early", ["early/d1/kernel"]),
          "fn: the model's name first": ("fn", ["fn/d[0-9]+/kernel"]),
          "block: the model's name first": ("block", ["block/ff.*/kernel"]),
          "block: a conv key, prefixed": ("block", ["(.*/)?conv2d.*/kernel"]),
@@ -129,5 +144,14 @@ def test_the_message_names_sequential_and_subclassed_models_as_the_ones_with_the
     said only "a Sequential model built fresh has its name first"."""
     assert all(p.startswith("sub/") for p in answers["paths"]["sub"])
     for case in ("sub: no prefix", "mlp: no prefix", "fn: the model's name first"):
-        assert ("(a Sequential or a subclassed model built fresh has its name first; a functional or a reloaded "
-                "one has not)") in answers[case]["message"], case
+        assert ("(a Sequential or a subclassed model built fresh has its name first, except for a layer it builds "
+                "in its __init__; a functional or a reloaded one has not)") in answers[case]["message"], case
+
+
+def test_a_subclassed_models_layer_built_in_init_has_no_name_prefix_and_the_message_says_some_paths(answers):
+    """Eleventh read: a layer a subclassed model builds in its __init__ is built outside the model's name scope, so
+    its paths lack the name ('d1/kernel' beside 'early/d2/kernel'); the message says some paths start with it."""
+    assert answers["paths"]["early"] == ["d1/kernel", "d1/bias", "early/d2/kernel", "early/d2/bias"]
+    message = answers["early: the model's name first"]["message"]
+    assert "Some of this model's paths start with its name 'early' and some do not" in message
+    assert "put '(.*/)?' in place of 'early/': '(.*/)?d1/kernel' matches 'd1/kernel' here" in message
