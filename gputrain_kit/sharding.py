@@ -176,9 +176,9 @@ def _key_advice(key: str, paths: list[str], name: str) -> tuple[str, str]:
     if rest and first == name:
         candidates.append((_PREFIX + rest, f"put {_PREFIX!r} in place of {first + '/'!r}"))
     named = [p.startswith(name + "/") for p in paths]
-    which = ("This model's paths start" if all(named) else "This model's paths do not start" if not any(named)
-             else "Some of this model's paths start")
-    some = "" if all(named) or not any(named) else " and some do not"
+    which, some = (("This model's paths start", "") if all(named) else
+                   ("This model's paths do not start", "") if not any(named) else
+                   ("Some of this model's paths start", " and some do not"))
     for candidate, how in candidates:
         found = [p for p in paths if re.fullmatch(candidate, p)]
         if found:

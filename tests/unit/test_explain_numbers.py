@@ -20,6 +20,7 @@ The collective abort poisons the process (every later collective fails), so it r
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -199,17 +200,16 @@ COURSE = ("[2, 2, 2, 0]", "[16, 16, 16, 14]", "62", "[0,8,8,1]", "[1,1,1,8]", "6
 #: (Keras's trainer averages it with an AddN) and the weights file's matching (Python in keras/src/saving). Strict
 #: nbval compares notebook 02's and 04's instances of both under both families.
 KERAS_LOGIC_FAMILY = "onednn"
-_RUNS: dict[str, dict] = {}
 
 
+@functools.cache
 def _run(name: str) -> dict:
-    if name not in _RUNS:
-        code = f"KERAS_LOGIC = {name == KERAS_LOGIC_FAMILY!r}\n" + CHILD.replace("\n    ", "\n")
-        proc = run_python(code, env={"TF_ENABLE_ONEDNN_OPTS": FAMILIES[name]}, timeout=900)
-        got = last_json(proc)
-        assert not [k for k in got if k.endswith(" failed")], got
-        _RUNS[name] = got
-    return _RUNS[name]
+    """The child under one family, once per test process (the two fixtures below share the oneDNN run)."""
+    code = f"KERAS_LOGIC = {name == KERAS_LOGIC_FAMILY!r}\n" + CHILD.replace("\n    ", "\n")
+    proc = run_python(code, env={"TF_ENABLE_ONEDNN_OPTS": FAMILIES[name]}, timeout=900)
+    got = last_json(proc)
+    assert not [k for k in got if k.endswith(" failed")], got
+    return got
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
