@@ -93,10 +93,15 @@ def test_kept_tensors_are_16_bit_and_the_transformer_peak_falls_as_the_notebook_
     print(family, f"twin {twin:+.0%}, transformer {small:+.0%}")
 
 
-def test_the_transformer_measured_as_section_7_measures_under_both_families():
+def test_the_transformer_measured_as_section_7_measures_under_eigen():
     """Cell 58's record, this CPU class (AMD Zen 3, AVX2; both families emulate bf16): about 218 to 171 MB, 22% off,
     against the estimate's 32% (256.0 to 174.8 MB); and section 7's "a few MB whatever the model's size": what is
-    held between steps is a few MB above the estimate, a large share of a model of a few MB."""
+    held between steps is a few MB above the estimate, a large share of a model of a few MB.
+
+    Measured under Eigen only, the family that emulates bfloat16 on every CPU (the record's numbers are emulated
+    ones; what is held between steps is Keras's variables, the same in any family): that the transformer's peak falls
+    by more than 10% under each family, native or emulated, is cell f08keptcheck's verdict, which strict nbval
+    compares in both families' runs."""
     levers = {"float32": {}, "mixed_bfloat16": {"dtype_policy": "mixed_bfloat16"}, "accumulation x4": {
         "accumulation_steps": 4}}
     import inspect
@@ -112,9 +117,9 @@ def test_the_transformer_measured_as_section_7_measures_under_both_families():
         "print(json.dumps(out))"])))
     assert [round(estimates[n]["peak"] / 1e6, 1) for n in ("float32", "mixed_bfloat16")] == [256.0, 174.8]
     assert round(1 - estimates["mixed_bfloat16"]["peak"] / estimates["float32"]["peak"], 2) == 0.32
-    result = start_measuring_families(transformer, levers, batch_size=32).result(timeout=600)
+    result = start_measuring_families(transformer, levers, batch_size=32, families=("eigen",)).result(timeout=600)
     emulated = [f for f in result if not cpu_kernels.bf16_by_onednn(f)]
-    assert "eigen" in emulated
+    assert emulated == ["eigen"] == list(result)
     for family, measured in result.items():
         f32, bf16 = measured["float32"].peak_bytes, measured["mixed_bfloat16"].peak_bytes
         saving = 1 - bf16 / f32
