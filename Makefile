@@ -48,6 +48,8 @@ lint: $(STAMP)
 # tests/project/test_install.py, which mostly waits on PyPI (pip's dry runs): it would hold a worker idle.
 UNIT_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); if [ $$n -lt 2 ]; then n=2; elif [ $$n -gt 4 ]; then n=4; fi; echo $$n)
 UNIT_IDLE := tests/project/test_install.py
+# The files that mark tests `timing` (collecting all of tests/ again would take about 25 s).
+UNIT_TIMING = $(shell grep -rlE 'mark\.timing' tests --include='test_*.py' | sort)
 unit: $(STAMP)
 	@status=0; log=$$(mktemp); \
 	$(PY) -m pytest $(UNIT_IDLE) -p no:xdist -p no:cacheprovider -m "not timing and not wheel and not platform" \
@@ -55,7 +57,7 @@ unit: $(STAMP)
 	$(PY) -m pytest tests -n $(UNIT_WORKERS) --dist loadfile --no-loadscope-reorder --ignore=$(UNIT_IDLE) \
 	  -m "not timing and not wheel and not platform" $(UNIT_ARGS) || status=$$?; \
 	wait $$idle || status=$$?; echo "== $(UNIT_IDLE) (beside the workers) =="; tail -n 30 $$log; rm -f $$log; \
-	$(PY) -m pytest tests -p no:xdist -m timing $(UNIT_ARGS) || status=$$?; \
+	$(PY) -m pytest $(UNIT_TIMING) -p no:xdist -m timing $(UNIT_ARGS) || status=$$?; \
 	exit $$status
 
 # Strict nbval once per CPU kernel family (TensorFlow's oneDNN kernels, then its portable Eigen kernels: notebook
