@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
+import secrets
+import stat
 import warnings
 from pathlib import Path
 from typing import Any
@@ -294,9 +295,7 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
                              "(notebook 05); pass allow_nonfinite=True to save anyway for a post-mortem.",
                              poisoned)
     suffix = ".weights.h5" if path.name.endswith(".weights.h5") else ".keras"
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = _new_temporary(path, suffix)
     variables = _variables(model)
     before = _snapshot(variables)
     try:
@@ -315,6 +314,8 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
         unloadable = load_model_problem(tmp) if suffix == ".keras" else None
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
+        if path.exists():          # as Keras's own save, which rewrites the file in place, keeps its permissions
+            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
         os.replace(tmp, path)
     except BaseException:
         _restore(variables, before)
@@ -325,6 +326,19 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
                       "weights load into a model built in code: kit.load_verified(model, path).",
                       UnloadableModelWarning, stacklevel=2)
     return path
+
+
+def _new_temporary(path: Path, suffix: str) -> Path:
+    """An empty file beside ``path`` to write into first, with the permissions a new file gets (the umask's, as
+    Keras's own save gives; ``tempfile.mkstemp`` would make it readable by its owner only)."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}{suffix}"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"save_verified: no free temporary name beside {path}")  # pragma: no cover
 
 
 def _build_optimizer(model: Any) -> None:
