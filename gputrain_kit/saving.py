@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 import stat
 import warnings
 from pathlib import Path
 from typing import Any
 
 from ._args import ArgumentTypeError, require_bool, short, typed
+from ._files import new_temporary
 from .errors import shorten_message
 from .saving_loadable import UnloadableModelWarning, load_model_problem
 from .weights_file import _OPTIMIZER, _groups, _Layout, _model_layout, _reshaped, _weights_file  # noqa: F401
@@ -295,7 +295,7 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
                              "(notebook 05); pass allow_nonfinite=True to save anyway for a post-mortem.",
                              poisoned)
     suffix = ".weights.h5" if path.name.endswith(".weights.h5") else ".keras"
-    tmp = _new_temporary(path, suffix)
+    tmp = new_temporary(path, suffix, "save_verified")
     variables = _variables(model)
     before = _snapshot(variables)
     try:
@@ -326,19 +326,6 @@ def save_verified(model: Any, path: Any, *, allow_nonfinite: bool = False) -> Pa
                       "weights load into a model built in code: kit.load_verified(model, path).",
                       UnloadableModelWarning, stacklevel=2)
     return path
-
-
-def _new_temporary(path: Path, suffix: str) -> Path:
-    """An empty file beside ``path`` to write into first, with the permissions a new file gets (the umask's, as
-    Keras's own save gives; ``tempfile.mkstemp`` would make it readable by its owner only)."""
-    for _ in range(100):
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}{suffix}"
-        try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        except FileExistsError:
-            continue
-        return tmp
-    raise FileExistsError(f"save_verified: no free temporary name beside {path}")  # pragma: no cover
 
 
 def _build_optimizer(model: Any) -> None:

@@ -68,7 +68,7 @@ def nb06_warmup_step(answer: Any) -> Verdict:
 
 def nb06_ethernet_efficiency(answer: Any) -> Verdict:
     """VGG-16 on 8 GPUs, per-GPU batch 64, overlap 0.1, over 25 Gbit/s Ethernet instead of PCIe 3.0:
-    the predicted efficiency (a fraction, within 0.03)?"""
+    the predicted efficiency (a fraction, within 0.02; Horovod's published 0.68 is refused with its own hint)?"""
     got = read(answer, "number", words=("efficiency",), form="Give a fraction between 0 and 1 (e.g. 0.85 or '85%').")
     if got.refusal is not None:
         return got.refusal
@@ -76,10 +76,14 @@ def nb06_ethernet_efficiency(answer: Any) -> Verdict:
     from ..scaling import predict_curve
 
     right = predict_curve("VGG-16", "25 Gbit/s Ethernet (servers)", 64, 8, 0.1)[-1].efficiency
-    slip = percent_slip(value, right, 0.03)
+    slip = percent_slip(value, right, 0.02)
     if slip:
         return verdict(answer, False, "", "", form=slip)
-    return verdict(answer, abs(value - right) < 0.03,
+    if abs(value - 0.68) < 0.005 or abs(value - 68) < 0.5:
+        return verdict(answer, False, "", "0.68 is Horovod's measured VGG-16 efficiency (128 servers, RoCE; section "
+                       "2 sets it beside the model), not this model's prediction for 8 GPUs over 25 Gbit/s Ethernet: "
+                       "compute it.")
+    return verdict(answer, abs(value - right) < 0.02,
                    f"{right:.2f}: the same gradients over a link about 4x slower than PCIe 3.0 x16; compute "
                    "hides far less of the all-reduce.",
                    "Compare the links' bandwidths: exposed communication grows as the link slows, "

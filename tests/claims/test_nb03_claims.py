@@ -244,6 +244,8 @@ def test_the_prose_says_which_data_parallelism_and_which_versions():
         assert quoted in prose, quoted
     assert "within 0.1" not in prose
     assert "where the layer is built eagerly" not in prose and "on the spot, *eagerly*" not in prose
+    assert "built *eagerly*" not in prose                  # the summary kept the old rule (twelfth read)
+    assert "Variables go where a layer is built outside Keras's symbolic trace of `call()`" in prose
     # ZeRO shards by stages: only stage 3 (and FSDP's full sharding) keeps 1/n of all three parts
     assert "only stage 3, like PyTorch's FSDP with full sharding, keeps 1/n of all three" in prose
     assert "stage 1 the optimizer slots, stage 2 the gradients as well, stage 3 the parameters as well" in prose
