@@ -12,10 +12,18 @@ def nb03_less_memory(answer: Any) -> Verdict:
     notebook's own names read too: 'model parallel', 'split x2', '2-way split', 'data parallel on 4 devices'."""
     from ..memory import estimate_memory, preset_profile
 
-    got = read(answer, "choice", choices=("data", "split"),
+    if isinstance(answer, str):
+        if re.search(r"\d\s*(?:[GM]i?B|bytes?)\b", answer, flags=re.I):       # 'split, 12.9 GB'
+            return verdict(answer, False, "", "", form="Give the strategy only, 'data' or 'split' (with its count "
+                           "if you like: 'split x2'); the question asks which, not how much.")
+    # 'split (2 devices)': brackets and commas read as spaces (the verdict quotes the answer as given)
+    text = re.sub(r"[()\[\],]", " ", answer) if isinstance(answer, str) else answer
+    got = read(text, "choice", choices=("data", "split"),
                aliases={"model": "split", "device": "split", "layer-split": "split", "layer": "split"},
                words=("parallel", "parallelism", "way", "x", "2", "4", "on", "devices", "strategy", "the", "a"),
                form="Answer 'data' or 'split'.")
+    if got.refusal is not None and text is not answer:
+        got = read(answer, "choice", choices=("data", "split"), form="Answer 'data' or 'split'.")
     if got.refusal is not None:
         return got.refusal
     counts = {int(n) for n in re.findall(r"\d+", answer)} if isinstance(answer, str) else set()

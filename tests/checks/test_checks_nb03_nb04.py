@@ -288,3 +288,15 @@ def test_nb03_split_state_gb_names_megabytes_as_a_unit_slip():
         assert not result and repr(result).startswith("Check the unit") and f"right amount in {unit}" in repr(result)
     assert check.nb03_split_state_gb("8590 MB")
     assert repr(check.nb03_split_state_gb(12900)).startswith("Not yet.")        # a wrong amount in MB stays wrong
+
+
+def test_nb03_less_memory_reads_a_count_in_brackets_and_asks_for_the_strategy_only_over_an_amount():
+    """Twelfth read: 'split (2 devices)' was refused as a form it could not read, and 'split, 12.9 GB' with the
+    generic form message."""
+    for right in ("split (2 devices)", "split, 2 devices", "split [2]"):
+        assert check.nb03_less_memory(right), right
+    for wrong in ("data (4 devices)", "split (4 devices)"):
+        assert not check.nb03_less_memory(wrong), wrong
+    assert "got 'split (4 devices)'" in repr(check.nb03_less_memory("split (4 devices)"))   # quoted as given
+    amount = check.nb03_less_memory("split, 12.9 GB")
+    assert not amount and "Give the strategy only" in repr(amount)
