@@ -16,14 +16,17 @@ def nb03_less_memory(answer: Any) -> Verdict:
         if re.search(r"\d\s*(?:[GM]i?B|bytes?)\b", answer, flags=re.I):       # 'split, 12.9 GB'
             return verdict(answer, False, "", "", form="Give the strategy only, 'data' or 'split' (with its count "
                            "if you like: 'split x2'); the question asks which, not how much.")
-    # 'split (2 devices)': brackets and commas read as spaces (the verdict quotes the answer as given)
-    text = re.sub(r"[()\[\],]", " ", answer) if isinstance(answer, str) else answer
-    got = read(text, "choice", choices=("data", "split"),
-               aliases={"model": "split", "device": "split", "layer-split": "split", "layer": "split"},
-               words=("parallel", "parallelism", "way", "x", "2", "4", "on", "devices", "strategy", "the", "a"),
-               form="Answer 'data' or 'split'.")
-    if got.refusal is not None and text is not answer:
-        got = read(answer, "choice", choices=("data", "split"), form="Answer 'data' or 'split'.")
+    def reading(text: Any) -> Any:
+        return read(text, "choice", choices=("data", "split"),
+                    aliases={"model": "split", "device": "split", "layer-split": "split", "layer": "split"},
+                    words=("parallel", "parallelism", "way", "x", "2", "4", "on", "devices", "strategy", "the", "a"),
+                    form="Answer 'data' or 'split'.")
+
+    got = reading(answer)
+    if got.refusal is not None and isinstance(answer, str):
+        # 'split (2 devices)': read again with brackets and commas as spaces; a refusal quotes the answer as given
+        bare = reading(re.sub(r"[()\[\],]", " ", answer))
+        got = bare if bare.refusal is None else got
     if got.refusal is not None:
         return got.refusal
     counts = {int(n) for n in re.findall(r"\d+", answer)} if isinstance(answer, str) else set()

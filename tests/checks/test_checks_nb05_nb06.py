@@ -95,7 +95,7 @@ def test_nb06_ethernet_efficiency():
         assert check.nb06_ethernet_efficiency(answer)
     wrong = check.nb06_ethernet_efficiency(0.94)
     assert not wrong and _says(wrong, "Not yet") and f"{right:.2f}" not in repr(wrong)
-    for published in (0.68, "68%"):             # Horovod's measurement, printed in section 4: not the model's answer
+    for published in (0.68, "68%"):             # Horovod's measurement, printed in section 2: not the model's answer
         copied = check.nb06_ethernet_efficiency(published)
         assert not copied and _says(copied, "Horovod's measured VGG-16 efficiency"), published
     assert not check.nb06_ethernet_efficiency(right + 0.025)

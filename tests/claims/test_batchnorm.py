@@ -94,10 +94,10 @@ def _stored(cell: int) -> str:
 def test_the_notebooks_conv_cases_as_nbval_compares_them():
     """The three cases ``both`` leaves to notebook 05: its cells print them under both families and strict nbval
     compares the prints in each family's run, so what is read here is what this TensorFlow does."""
-    table, detail = _stored(47), " ".join(_stored(49).split())
-    assert "conv no BN last step empty crash healthy" in " ".join(table.split())
-    assert "conv scale=True last step empty crash loud NaN" in " ".join(table.split())
-    assert "conv synchronized drop_remainder healthy healthy" in " ".join(table.split())
+    table, detail = " ".join(_stored(47).split()), " ".join(_stored(49).split())
+    assert "conv no BN last step empty crash healthy" in table
+    assert "conv scale=True last step empty crash loud NaN" in table
+    assert "conv synchronized drop_remainder healthy healthy" in table
     onednn, eigen = detail.split("Eigen (portable)", 1)
     # oneDNN: the scale=True crash leaves NaN statistics behind; without BatchNorm it leaves nothing poisoned
     assert ("conv scale=True last step empty oneDNN crash InvalidArgumentError: Unable to broadcast tensor of shape "
