@@ -12,7 +12,8 @@ from typing import Any
 
 from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short
 from .cpu_kernels import require_allocator_stats
-from .memory import DTYPE_POLICIES, _optimizer_key
+from .memory import DTYPE_POLICIES
+from .optimizer_slots import _CLASSES as _OPTIMIZER_CLASSES, optimizer_spec
 from .processes import BackgroundRun
 
 __all__ = ["measure_training_step", "MemoryMeasurement", "measure_memory", "measure_levers", "start_measuring",
@@ -78,11 +79,6 @@ class MemoryMeasurement:
                 + (f", {self.kernels} CPU kernels" if self.kernels else ""))
 
 
-#: Every optimizer estimate_memory knows, as the Keras class and arguments the measuring process builds.
-_OPTIMIZER_CLASSES = {"adam": ["Adam", {}], "adamw": ["AdamW", {}], "rmsprop": ["RMSprop", {}],
-                      "sgd-momentum": ["SGD", {"momentum": 0.9}], "sgd": ["SGD", {}]}
-
-
 def _check_remat_model(func: str, build: Any) -> None:
     """remat=True needs a Sequential model (``rematerialize``): where this process's TensorFlow runtime has
     started (a notebook after ``setup``), build the model here, without allocating its weights
@@ -112,7 +108,7 @@ def _measure_config(func: str, build: Any, *, batch_size: int, optimizer: Any, d
     if optimizer is None:
         raise ArgumentTypeError(f"{func}: optimizer must be a name from {list(_OPTIMIZER_CLASSES)} or a Keras "
                                 "optimizer, got None; e.g. optimizer='adam'.")
-    optimizer = _optimizer_key(func, optimizer, None)      # a name in any case, or a Keras optimizer, as estimate_memory
+    spec = optimizer_spec(func, optimizer)       # a name in any case, or a Keras optimizer with its options
     dtype_policy = require_choice(func, "dtype_policy", dtype_policy, DTYPE_POLICIES)
     remat = require_bool(func, "remat", remat)
     accumulation_steps = require_int(func, "accumulation_steps", accumulation_steps, minimum=1)
@@ -120,9 +116,9 @@ def _measure_config(func: str, build: Any, *, batch_size: int, optimizer: Any, d
     if batch_size % accumulation_steps:
         raise ValueError(f"{func}: batch_size={batch_size} is not divisible by accumulation_steps="
                          f"{accumulation_steps}; every step must get the same number of samples.")
-    config = {"batch_size": batch_size, "optimizer": _OPTIMIZER_CLASSES[optimizer], "dtype_policy": dtype_policy,
+    config = {"batch_size": batch_size, "optimizer": list(spec.build), "dtype_policy": dtype_policy,
               "remat": remat, "accumulation_steps": accumulation_steps, "steps": steps}
-    return source, config, dict(config, optimizer=optimizer)
+    return source, config, dict(config, optimizer=spec.label)
 
 
 def _measurement(values: dict, shown: dict, func: str) -> MemoryMeasurement:
@@ -233,7 +229,7 @@ def measure_memory(build: Any, *, batch_size: int, optimizer: Any = "adam", dtyp
     (``steps x accumulation_steps`` training steps). ``batch_size`` is the batch of one update: with
     ``accumulation_steps=k`` each step runs ``batch_size / k`` samples. ``remat=True`` rematerializes
     the model in segments (``rematerialize``). ``optimizer``: a name (``"adam"``, ``"sgd"``, ...) or a Keras
-    optimizer, as ``estimate_memory`` takes it (only its kind matters: its slots). A process of its own, with a new TensorFlow runtime and
+    optimizer, as ``estimate_memory`` takes it (its kind and the options that add slots, e.g. ``amsgrad``). A process of its own, with a new TensorFlow runtime and
     allocator: a model measured after another in one process would count what the first one left. On
     Linux it is forked from a process that has imported TensorFlow but not started it, which saves the
     import (about 4 s here); elsewhere, or with ``GPUTRAIN_FORK=0``, a new interpreter.
@@ -411,9 +407,9 @@ def compiled_memory(build: Any, *, batch_size: int, optimizer: Any = "adam",
     func = "compiled_memory"
     source = build_source(func, build, returns="an uncompiled Keras model", runs="It")
     batch_size = require_int(func, "batch_size", batch_size, minimum=1)
-    optimizer = _optimizer_key(func, optimizer, None)
+    spec = optimizer_spec(func, optimizer)
     dtype_policy = _policy_key(func, dtype_policy)
-    config = {"batch_size": batch_size, "optimizer": _OPTIMIZER_CLASSES[optimizer], "dtype_policy": dtype_policy}
+    config = {"batch_size": batch_size, "optimizer": list(spec.build), "dtype_policy": dtype_policy}
     env = {"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     outcome = run_jobs("xla_memory", [Job("one", {"config": config, "build_source": source,
                                                   "build_name": build.__name__}, env)],
@@ -423,4 +419,4 @@ def compiled_memory(build: Any, *, batch_size: int, optimizer: Any = "adam",
         raise ChildError(f"{func}: {reason}")
     values = outcome.values or {}
     return CompiledMemory(values["arguments"], values["outputs"], values["temporaries"], values["aliased"],
-                          values["platform"], dict(config, optimizer=optimizer))
+                          values["platform"], dict(config, optimizer=spec.label))

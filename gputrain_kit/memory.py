@@ -4,7 +4,8 @@ Counted per device, in bytes (docs/memory.md says how each part was checked):
 - parameters: every variable of the layers the device holds (float32 = 4 bytes each);
 - gradients: one per trainable parameter;
 - optimizer slots: Adam keeps 2 per trainable parameter (momentum, velocity), RMSprop and SGD with
-  momentum 1, plain SGD 0;
+  momentum 1, plain SGD 0, and more with the options that add slots (``amsgrad``, RMSprop's ``momentum`` and
+  ``centered``, ``use_ema``: ``optimizer_slots``);
 - accumulators: one per trainable parameter with gradient accumulation;
 - activations: what each layer keeps for the backward pass, for the device's share of the batch: its outputs
   and what its gradient needs inside it (``layer_costs``: attention's probabilities, float32 under mixed
@@ -30,6 +31,7 @@ from typing import Any, Sequence
 
 from .profiles import (PRESETS, LayerStat, build_abstractly, dense_stack_profile, input_specs,  # noqa: F401
                        preset_profile, profile)
+from .optimizer_slots import OPTIMIZER_SLOTS, optimizer_spec
 from .remat import remat_checkpoints, rematerialize  # noqa: F401
 from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short
 
@@ -37,7 +39,6 @@ __all__ = ["LayerStat", "MemoryEstimate", "profile", "estimate_memory", "memory_
            "split_layers", "preset_profile", "PRESETS", "OPTIMIZER_SLOTS", "dense_stack_profile", "DTYPE_POLICIES",
            "ZERO_STAGES", "remat_checkpoints", "rematerialize"]
 
-OPTIMIZER_SLOTS = {"adam": 2, "adamw": 2, "rmsprop": 1, "sgd-momentum": 1, "sgd": 0}
 # Display names used by earlier versions of the course: still accepted, never shown.
 
 
@@ -172,30 +173,8 @@ def _approximate_note(stats: Sequence[LayerStat]) -> tuple[str, ...]:
 
 
 def _optimizer_key(func: str, optimizer: Any, model: Any) -> str:
-    """A key of OPTIMIZER_SLOTS from a name (any case), a Keras optimizer or its class, or (None) the model's
-    compiled optimizer."""
-    if optimizer is None:
-        optimizer = getattr(model, "optimizer", None) or "adam"     # compiled: its optimizer; otherwise Adam
-    if isinstance(optimizer, str):                                    # 'Adam' as Keras accepts it
-        lowered = optimizer.strip().lower().replace("_", "-")
-        return str(require_choice(func, "optimizer", lowered if lowered in OPTIMIZER_SLOTS else optimizer,
-                                  OPTIMIZER_SLOTS))
-    if isinstance(optimizer, type):                                  # keras.optimizers.Adam, the class itself
-        name = optimizer.__name__.lower()
-        if name in OPTIMIZER_SLOTS:
-            return name
-        raise ValueError(f"{func}: optimizer {optimizer.__name__} (a class) is not one the estimate knows; pass one "
-                         f"of {list(OPTIMIZER_SLOTS)}, the name whose slots per parameter match yours "
-                         "(Adam-like: 2, RMSprop-like: 1).")
-    inner = getattr(optimizer, "inner_optimizer", optimizer)         # a LossScaleOptimizer holds the real one
-    name = type(inner).__name__.lower()
-    if name == "sgd":
-        return "sgd-momentum" if float(getattr(inner, "momentum", 0) or 0) > 0 else "sgd"
-    if name in OPTIMIZER_SLOTS:
-        return name
-    raise ValueError(f"{func}: optimizer {type(inner).__name__} is not one the estimate knows; pass one of "
-                     f"{list(OPTIMIZER_SLOTS)} (by name or as a Keras optimizer), the name whose slots per "
-                     "parameter match yours (Adam-like: 2, RMSprop-like: 1).")
+    """The OPTIMIZER_SLOTS name of ``optimizer``'s kind (``optimizer_slots.optimizer_spec`` has its slots)."""
+    return optimizer_spec(func, optimizer, model).key
 
 
 def _policy_key(func: str, policy: Any) -> str:
@@ -240,8 +219,8 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
     """Per-device bytes for parameters, gradients, optimizer slots, gradient accumulators and activations.
 
     ``model``: a built Keras model, or a profile (list of LayerStat, e.g. from ``preset_profile``).
-    ``batch_size`` is the global batch. ``optimizer``: a name of OPTIMIZER_SLOTS or a Keras optimizer; None
-    (default) takes the model's compiled optimizer, or Adam. ``strategy``: ``"single"``, ``"data"``,
+    ``batch_size`` is the global batch. ``optimizer``: a name of OPTIMIZER_SLOTS or a Keras optimizer (its options
+    count: ``Adam(amsgrad=True)`` keeps 3 slots); None (default) takes the model's compiled optimizer, or Adam. ``strategy``: ``"single"``, ``"data"``,
     ``"split"``, or a ``tf.distribute`` strategy object (data parallelism over its replicas). The levers:
 
     - ``dtype_policy``: ``"mixed_float16"`` / ``"mixed_bfloat16"`` keep float32 variables (so
@@ -271,7 +250,8 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
     """
     func = "estimate_memory"
     batch_size = require_int(func, "batch_size", batch_size, minimum=1)
-    optimizer = _optimizer_key(func, optimizer, model)
+    spec = optimizer_spec(func, optimizer, model)
+    optimizer = spec.label
     strategy, devices = _strategy_and_devices(func, strategy, devices)
     strategy = require_choice(func, "strategy", strategy, ("single", "data", "split"))
     devices = require_int(func, "devices", devices, minimum=1)
@@ -315,7 +295,7 @@ def estimate_memory(model: Any, *, batch_size: int, optimizer: Any = None, strat
     scores = sum(s.scores for s in stats if s.kind in ("MultiHeadAttention", "GroupQueryAttention"))
     if flash_attention:
         stats = [_flash(s) for s in stats]
-    b, slots = bytes_per_value, OPTIMIZER_SLOTS[optimizer]
+    b, slots = bytes_per_value, spec.slots
     act_bytes = min(b, DTYPE_POLICIES[dtype_policy])
     mixed = dtype_policy != "float32"
     share = {name: (devices if zero_stage >= stage else 1)

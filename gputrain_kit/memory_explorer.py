@@ -135,8 +135,9 @@ class MemoryExplorer:
                  dtype_policy: Any = "float32", remat: bool = False, accumulation_steps: int = 1,
                  zero_stage: int = 0, levers: bool = True):
         from ._args import ArgumentTypeError, require_bool, require_choice, require_int, short
-        from .memory import (DTYPE_POLICIES, OPTIMIZER_SLOTS, PRESETS, ZERO_STAGES, _optimizer_key, _policy_key,
+        from .memory import (DTYPE_POLICIES, OPTIMIZER_SLOTS, PRESETS, ZERO_STAGES, _policy_key,
                              _require_capacity)
+        from .optimizer_slots import optimizer_spec
 
         func = "MemoryExplorer"
         # Every argument checked before a widget is built: the kit's errors, never a widget's TraitError.
@@ -160,17 +161,24 @@ class MemoryExplorer:
         capacity_shown: float = int(capacity) if capacity.is_integer() else capacity   # 40.0 reads 40
         said: list[str] = []
         target = model if model is not None else own          # your model: None reads its compiled optimizer
+        optimizer_options: list[Any] = [(key, key) for key in OPTIMIZER_SLOTS]
+        yours: Any = optimizer                                  # None: the model's compiled optimizer
         if optimizer is None:
             try:
-                optimizer_key = _optimizer_key(func, None, target)
+                chosen: Any = optimizer_spec(func, None, target)
             except ValueError:                                  # compiled with one the estimate does not know
                 compiled = getattr(target, "optimizer", None)
                 compiled = getattr(compiled, "inner_optimizer", compiled)    # a LossScaleOptimizer's own
-                optimizer_key = "adam"
+                chosen = optimizer_spec(func, "adam")
                 said.append(f"Your model is compiled with {type(compiled).__name__}, which the estimate does not "
                             "know: Adam shown; choose the optimizer whose slots per parameter match yours.")
+            yours = getattr(target, "optimizer", None)
         else:
-            optimizer_key = _optimizer_key(func, optimizer, target)
+            chosen = optimizer_spec(func, optimizer, target)
+        optimizer_key: Any = chosen.key
+        if chosen.label != chosen.key:                         # options that add slots: yours, as it is, first
+            optimizer_key = yours
+            optimizer_options.insert(0, (f"{chosen.label} (yours)", yours))
         remat = require_bool(func, "remat", remat)
         accumulation_steps = require_int(func, "accumulation_steps", accumulation_steps, minimum=1)
         if batch % accumulation_steps:
@@ -210,7 +218,7 @@ class MemoryExplorer:
                                               description="strategy", style=wide)
         self.capacity = widgets.Dropdown(options=sorted({*CARDS_GB, capacity_shown}), value=capacity_shown,
                                          description="card (GB)", style=wide, layout=widgets.Layout(width="160px"))
-        self.optimizer = widgets.Dropdown(options=list(OPTIMIZER_SLOTS), value=optimizer_key,
+        self.optimizer = widgets.Dropdown(options=optimizer_options, value=optimizer_key,
                                           description="optimizer", style=wide, layout=widgets.Layout(width="200px"))
         self.precision = widgets.ToggleButtons(options=list(DTYPE_POLICIES), value=policy,
                                                description="precision", style=wide)

@@ -195,12 +195,14 @@ def _key_advice(key: str, paths: list[str], name: str) -> tuple[str, str]:
 
 
 def check_layout_map(model: Any, layout_map: Any) -> dict[str, list[str]]:
-    """Every key of ``layout_map`` and the variable paths it matches (as Keras matches them: the exact path,
-    else ``re.fullmatch``). Raises LayoutError naming each key that matches no variable, with the model's
-    real paths and the fix, before anything trains. Works on any backend: it reads paths, not arrays; on JAX it
-    also refuses a model laid out over a mesh otherwise than the map says (built in another distribution's
-    scope: what the map cuts stays whole), and one whose variables a failed fit lost. A model on one device
-    passes: its paths can be checked before it is built again inside the scope."""
+    """Every key of ``layout_map`` and the paths it matches (as Keras matches them: the exact path, else
+    ``re.fullmatch``): a variable's path (``d1/kernel``), or a layer's output (``d2/output``: Keras lays out
+    what the layer returns, the path a layer's ``path`` plus ``/output``). Raises LayoutError naming each key
+    that matches neither, with the model's real paths and the fix, before anything trains. Works on any
+    backend: it reads paths, not arrays; on JAX it also refuses a model laid out over a mesh otherwise than the
+    map says (built in another distribution's scope: what the map cuts stays whole), and one whose variables
+    a failed fit lost. A model on one device passes: its paths can be checked before it is built again inside
+    the scope."""
     import keras
 
     func = "check_layout_map"
@@ -208,16 +210,20 @@ def check_layout_map(model: Any, layout_map: Any) -> dict[str, list[str]]:
         raise ArgumentTypeError(f"{func}: layout_map must be a keras.distribution.LayoutMap, got "
                                 f"{short(layout_map)}.")
     paths = _paths(func, model)
-    matched = {key: [p for p in paths if p == key or re.fullmatch(key, p)] for key in layout_map}
+    outputs = [layer.path + "/output" for layer in model._flatten_layers(include_self=True) if layer.path]
+    matched = {key: [p for p in paths + outputs if p == key or re.fullmatch(key, p)] for key in layout_map}
     empty = [key for key, found in matched.items() if not found]
     if empty:
-        advice = [_key_advice(key, paths, model.name) for key in empty]
+        for_outputs = [key for key in empty if key.endswith("/output")]
+        advice = [_key_advice(key, outputs if key in for_outputs else paths, model.name) for key in empty]
         text = " ".join(advice[0]) if len(advice) == 1 else " ".join(f"For {key!r}: {why} {fix}"
                                                                      for key, (why, fix) in zip(empty, advice))
+        what, stays = (("variable", "Those variables stay replicated on every device") if not for_outputs else
+                       ("layer output", "Those outputs keep the layout Keras gives them") if len(for_outputs) == len(empty)
+                       else ("variable or layer output", "What they name stays as Keras lays it out"))
         raise LayoutError(
-            f"{func}: {len(empty)} LayoutMap key(s) match no variable of {model.name}: {empty}. Those variables "
-            f"stay replicated on every device, and Keras says nothing. Keras matches a key with re.fullmatch "
-            f"against the whole path. {text}")
+            f"{func}: {len(empty)} LayoutMap key(s) match no {what} of {model.name}: {empty}. {stays}, and "
+            f"Keras says nothing. Keras matches a key with re.fullmatch against the whole path. {text}")
     if keras.backend.backend() == "jax":
         _laid_out_as_mapped(func, model, layout_map, matched)
     return matched
@@ -231,6 +237,8 @@ def _laid_out_as_mapped(func: str, model: Any, layout_map: Any, matched: dict[st
     for key, found in matched.items():
         want = _axes(layout_map[key].axes)
         for path in found:
+            if path not in by_path:
+                continue                 # a layer's output: laid out when the layer runs, nothing to read here
             mesh = _mesh_of(by_path[path])
             if mesh is None:
                 continue                 # on one device: built outside any scope, a path check only
