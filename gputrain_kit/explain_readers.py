@@ -182,7 +182,42 @@ def _read_empty_conv(base: Explanation, text: str, plan: Plan | None) -> Explana
     elif found := re.search(r"got (\d+) and (\d+)", text):
         here = (f"Here BatchNormalization's gradient (RsqrtGrad) on {who} met {found[1]} values against "
                 f"{found[2]}: per-channel values for two different channel counts.")
-    return _with(base, why=" ".join(filter(None, [here, _plan_empty(plan)])), fix=_plan_fix(plan))
+    call = _call_of(text)
+    if call in _EVALUATION_FIX:                 # every sample must count: no drop_remainder, another fix
+        return dataclasses.replace(_with(base, why=" ".join(filter(None, [here, _plan_empty(plan)]))),
+                                   fix=_EVALUATION_FIX[call])
+    # BatchNormalization's batch statistics, their gradient and the moving statistics' update run in training only
+    training = call in ("fit", "train_on_batch") or bool(re.search(
+        r"Unable to broadcast tensor of shape \[1(?:,1)*,\d+\]|RsqrtGrad|batch_normalization\.py", text))
+    unsure = "" if training else (
+        "If it was `evaluate` or `predict` that failed, which must count every sample, fixed-size batches are no "
+        "fix: pad predict's rows to a multiple of the global batch and cut the padding off its output, and evaluate "
+        "a copy outside the strategy (saved, then loaded outside `strategy.scope()`).")
+    return _with(base, why=" ".join(filter(None, [here, _plan_empty(plan)])),
+                 fix=" ".join(filter(None, [_plan_fix(plan), unsure])))
+
+
+def _call_of(text: str) -> str:
+    """evaluate or predict where the error's text or traceback says so ("" otherwise): predict's graph error names
+    `predict_step`; evaluate's names nothing, the kit's note from its traceback does."""
+    if "predict_step" in text:
+        return "predict"
+    if "test_step" in text:
+        return "evaluate"
+    found = re.search(r"\[raised in Keras's (\w+)\]", text)
+    call = found[1] if found else ""
+    return {"test_on_batch": "evaluate", "predict_on_batch": "predict"}.get(call, call)
+
+
+_EVALUATION_FIX = {
+    "predict": "predict must keep every row, so fixed-size batches (`drop_remainder=True`) are no fix: pad the rows "
+               "to a multiple of the global batch and cut the padding off the output (pad = -len(x) % "
+               "global_batch; `model.predict(np.concatenate([x, x[:pad]]))[:len(x)]`), or predict with a copy "
+               "outside the strategy (saved, then loaded outside `strategy.scope()`).",
+    "evaluate": "evaluate must count every sample, so fixed-size batches (`drop_remainder=True`) are no fix: evaluate "
+                "a copy outside the strategy (saved, then loaded outside `strategy.scope()`: replica 0's weights and "
+                "statistics). Padding the data with rows of sample_weight=0 is no fix either: the loss Keras "
+                "reports, and `metrics`, count the padded rows."}
 
 
 _EMPTY_SHAPES = re.compile(r"to tensor of shape \[0,|RsqrtGrad|Incompatible shapes: \[0,|Matrix size-incompatible: "

@@ -276,7 +276,33 @@ def _text(error: BaseException) -> str:
         seen.add(id(cause))
         parts.append(f"{type(cause).__name__}: {cause}")
         cause = cause.__cause__ or cause.__context__
+    call = _keras_call(error)
+    if call:
+        parts.append(f"[raised in Keras's {call}]")         # read by the readers whose fix depends on it
     return "\n".join(parts)
+
+
+_KERAS_CALLS = ("fit", "evaluate", "predict", "train_on_batch", "test_on_batch", "predict_on_batch")
+
+
+def _keras_call(error: BaseException) -> str:
+    """The Keras model method the error was raised in, or "": an evaluate's graph error carries no step name in its
+    text, and Keras filters its own frames out of the traceback, so the call is read from the traceback's Keras
+    frames where they remain, else from the last line of code outside Keras and TensorFlow that calls one."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    for frame in frames:
+        if frame.name in _KERAS_CALLS and _LIBRARY.search("/" + frame.filename.replace("\\", "/")):
+            return frame.name
+    for frame in reversed(frames):
+        if not _LIBRARY.search("/" + frame.filename.replace("\\", "/")):
+            found = set(re.findall(r"\.(" + "|".join(_KERAS_CALLS) + r")\(", frame.line or ""))
+            return found.pop() if len(found) == 1 else ""        # none, or several on one line: not known
+    return ""
+
+
+_LIBRARY = re.compile(r"/(tf_)?keras/|/tensorflow/|/gputrain_kit/")
 
 
 class Unknown(Explanation):

@@ -12,9 +12,10 @@ memory saved. ``check_layout_map`` makes that an error, before training.
 Two more silent or cryptic states, each refused here in words: a model built in ``distribution.scope()`` but
 used outside it (Keras then has no distribution, ``keras.distribution.distribution()`` is None, and ``fit``
 runs without cutting the batch, without a word: ``check_distributed``), and a model whose variables Keras
-lost when a step failed, e.g. on a batch the mesh cannot divide: the first step of a ``fit``, any step of an
-``evaluate`` or a ``predict``, the last partial batch included (every later use raises
-``TypeError: 'NoneType' object is not callable``: every helper here says "rebuild it").
+lost when a step failed: the first step of a ``fit`` (e.g. on a batch the mesh cannot divide), a later one that
+fails while it runs (its donated arrays are deleted), any step of an ``evaluate`` or a ``predict``, the last
+partial batch included (every later use raises ``TypeError: 'NoneType' object is not callable`` or
+``RuntimeError: Array has been deleted``: every helper here says "rebuild it").
 """
 from __future__ import annotations
 
@@ -41,15 +42,24 @@ def _require_model(func: str, model: Any) -> None:
 
 
 def _lost(variables: list[Any]) -> list[str]:
-    """Paths of the variables whose value Keras dropped and never gave back. Keras on JAX detaches every value
-    when ``fit``, ``evaluate`` or ``predict`` starts its steps (``_purge_model_variables``) and reattaches the
-    last step's values when it ends (``jax_state_sync``). ``fit`` does so in a ``finally``, so only a failure at
-    its first step leaves nothing to reattach; ``evaluate`` and ``predict`` have no ``finally``: a failure at any
-    of their steps (a batch the mesh cannot divide, the last partial one included) reattaches nothing. The value
-    is then None and, the variable being initialised long ago, so is its initializer, which is what
-    ``TypeError: 'NoneType' object is not callable`` at every later use means."""
+    """Paths of the variables whose value a failed step took away. Keras on JAX detaches every value when
+    ``fit``, ``evaluate`` or ``predict`` starts its steps (``_purge_model_variables``) and reattaches the last
+    step's values when it ends (``jax_state_sync``). ``fit`` does so in a ``finally``, so a failure at its first
+    step leaves nothing to reattach; ``evaluate`` and ``predict`` have no ``finally``: a failure at any of their
+    steps (a batch the mesh cannot divide, the last partial one included) reattaches nothing. The value is then
+    None and, the variable being initialised long ago, so is its initializer, which is what ``TypeError:
+    'NoneType' object is not callable`` at every later use means. And ``fit`` gives each step its state to reuse
+    for its results (``donate_argnums``): a later step that fails *while it runs* has consumed those arrays, and
+    the ``finally`` reattaches deleted ones (``RuntimeError: Array has been deleted``)."""
+    def deleted(value: Any) -> bool:
+        try:
+            return bool(value.is_deleted())
+        except AttributeError:                  # not a JAX array
+            return False
+
     return [v.path for v in variables
-            if getattr(v, "_value", 0) is None and getattr(v, "_initializer", 0) is None]
+            if (getattr(v, "_value", 0) is None and getattr(v, "_initializer", 0) is None)
+            or deleted(getattr(v, "_value", None))]
 
 
 def _usable(func: str, model: Any) -> None:
@@ -62,11 +72,12 @@ def _usable(func: str, model: Any) -> None:
     if lost:
         raise ValueError(
             f"{func}: model {model.name} is unusable after a failed fit, evaluate or predict: its variables are "
-            f"gone ({len(lost)} of {len(model.weights)}, e.g. {lost[0]!r}). On JAX, fit loses them only when its "
-            "first step fails; evaluate and predict when any step fails, the last partial batch included (e.g. one "
-            "the mesh cannot divide). Every use then raises TypeError: 'NoneType' object is not callable. Fix: "
-            "rebuild it inside distribution.scope() and load the weights you saved before (or fit it again); give "
-            "every batch a size that divides over the mesh.")
+            f"gone ({len(lost)} of {len(model.weights)}, e.g. {lost[0]!r}). On JAX, fit loses them when its first "
+            "step fails or a later one fails while it runs (its arrays are then deleted); evaluate and predict "
+            "when any step fails, the last partial batch included. Every use then raises TypeError: 'NoneType' "
+            "object is not callable (or RuntimeError: Array has been deleted). Fix: rebuild it inside "
+            "distribution.scope() and load the weights you saved before; give every batch a size that divides "
+            "over the mesh.")
 
 
 def _jax_model(func: str, model: Any) -> list[Any]:

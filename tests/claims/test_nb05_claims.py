@@ -493,6 +493,14 @@ def test_evaluating_a_healthy_conv_net_with_an_empty_replica_depends_on_the_kern
         kit.setup(devices=4)
         import keras, numpy as np, tensorflow as tf
         strategy = kit.training.strategy_for(4)
+        import importlib.util
+        source = os.path.join(tempfile.mkdtemp(), "calls.py")
+        with open(source, "w") as f:
+            f.write("def evaluate(m, x, y):\\n    return m.evaluate(x, y, batch_size=64, verbose=0)\\n"
+                    "def predict(m, x, y):\\n    return m.predict(x, batch_size=64, verbose=0)\\n")
+        spec = importlib.util.spec_from_file_location("calls", source)
+        calls = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(calls)
         rng = np.random.default_rng(0)
         y = rng.integers(0, 4, 1030)
         data = {"conv": rng.normal(size=(1030, 8, 8, 1)).astype("float32"),
@@ -510,6 +518,11 @@ def test_evaluating_a_healthy_conv_net_with_an_empty_replica_depends_on_the_kern
                     call(); out[f"{kind} {name}"] = "works"
                 except tf.errors.InvalidArgumentError as err:
                     out[f"{kind} {name}"] = " ".join(str(err).split())
+                    out[f"{kind} {name} unsourced"] = kit.explain(err).fix    # `python -c`: no line to read
+                    try:
+                        getattr(calls, name)(m, x, y)                         # the same call, from a file
+                    except tf.errors.InvalidArgumentError as again:
+                        out[f"{kind} {name} explained"] = kit.explain(again).fix
             if kind != "conv":
                 continue
             path = os.path.join(tempfile.mkdtemp(), "m.keras")
@@ -535,6 +548,16 @@ def test_evaluating_a_healthy_conv_net_with_an_empty_replica_depends_on_the_kern
     if family == "onednn" and platform.machine().lower() in ("x86_64", "amd64"):
         for name in ("evaluate", "predict"):
             assert "Matrix size-incompatible: In[0]: [0,1], In[1]: [8,4]" in out[f"conv {name}"], out[f"conv {name}"]
+            # kit.explain gives the evaluation's fix, not training's drop_remainder (a review found it did)
+            fix = out[f"conv {name} explained"]
+            assert fix.startswith(f"{name} must ") and "(`drop_remainder=True`) are no fix" in fix, fix
+            assert "outside `strategy.scope()`" in fix and "give every step a batch" not in fix, fix
+        assert "pad the rows to a multiple of the global batch" in out["conv predict explained"]
+        assert "sample_weight=0 is no fix" in out["conv evaluate explained"]
+        # without a line of source to read, evaluate's error names no call: the training fix, and evaluation's
+        assert out["conv evaluate unsourced"].startswith("give every step a batch"), out["conv evaluate unsourced"]
+        assert "If it was `evaluate` or `predict` that failed" in out["conv evaluate unsourced"]
+        assert out["conv predict unsourced"] == out["conv predict explained"]       # predict_step is in its text
     elif family == "eigen":
         assert out["conv evaluate"] == out["conv predict"] == "works"
     assert out["padded predict = the copy's"] is True

@@ -102,6 +102,68 @@ def test_keras_trainer_hands_the_variables_back_in_a_finally_only_in_fit():
         assert "finally:" not in source, method.__name__
 
 
+DONATED = '''
+import jax, logging
+logging.getLogger("jax._src.callback").disabled = True
+rng = np.random.default_rng(0)
+x, y = rng.normal(size=(256, 256)).astype("float32"), rng.integers(0, 8, 256)
+
+def error(call):
+    try:
+        call()
+        return ""
+    except Exception as err:
+        return type(err).__name__ + ": " + str(err)
+
+out = {}
+for fail_at in (1, 4):
+    steps = {"run": 0}
+    def check_on_host(batch):
+        steps["run"] += 1
+        if steps["run"] == fail_at:
+            raise RuntimeError("planned failure")
+        return batch
+    class HostCheck(keras.layers.Layer):
+        def call(self, inputs):
+            checked = jax.pure_callback(check_on_host, jax.ShapeDtypeStruct(inputs.shape, inputs.dtype),
+                                        jax.lax.stop_gradient(inputs))
+            return inputs + 0 * checked
+    model = keras.Sequential([keras.Input((256,)), keras.layers.Dense(32), HostCheck(), keras.layers.Dense(8)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    failed = error(lambda: model.fit(x, y, batch_size=32, epochs=1, verbose=0))
+    out[fail_at] = {"failed at": steps["run"], "planned": "planned failure" in failed,
+                    "none": [v._value is None for v in model.weights],
+                    "deleted": [v._value is not None and v._value.is_deleted() for v in model.weights],
+                    "optimizer deleted": sum(v._value is not None and v._value.is_deleted()
+                                             for v in model.optimizer.variables),
+                    "after": error(lambda: model.predict(x[:8], verbose=0)).split(" with shape")[0],
+                    "kit": error(lambda: kit.sharding.bytes_per_device(model))}
+print(json.dumps(out))
+'''
+
+
+def test_a_fit_step_that_fails_while_it_runs_leaves_deleted_arrays_and_the_kit_says_so():
+    """Keras on JAX donates the training state to each step (donate_argnums=0): a step that raises while it runs
+    (a host callback raising at step 4, on one device) has consumed the arrays, and fit's finally hands back
+    deleted ones: predict raises "Array has been deleted", and every kit.sharding helper refuses the model with
+    "rebuild it". At the first step the values are None instead (nothing to hand back)."""
+    import inspect
+
+    from keras.src.backend.jax.trainer import JAXTrainer
+
+    assert "donate_argnums=0" in inspect.getsource(JAXTrainer.make_train_function)
+    out = last_json(run_python(MODELS + DONATED))
+    first, later = out["1"], out["4"]
+    assert first["failed at"] == 1 and first["planned"] and all(first["none"]) and not any(first["deleted"])
+    assert first["after"].startswith("TypeError: 'NoneType' object is not callable")
+    assert later["failed at"] == 4 and later["planned"] and not any(later["none"]) and all(later["deleted"])
+    assert later["optimizer deleted"] > 0
+    assert later["after"] == "RuntimeError: Array has been deleted"
+    for case in (first, later):
+        assert "is unusable after a failed fit" in case["kit"] and "rebuild it" in case["kit"], case["kit"]
+        assert "a later one fails while it runs" in case["kit"] and "Array has been deleted" in case["kit"]
+
+
 BUILD = '''
 mesh = distribution.DeviceMesh((2, 4), ["batch", "model"], distribution.list_devices())
 
@@ -154,7 +216,8 @@ def test_keras_refuses_to_build_a_kernel_whose_columns_do_not_divide_and_the_exp
 
 
 def test_the_notebook_states_both_rules_and_the_fix():
-    """Notebook 09's prose says fit loses the variables only at its first step, evaluate and predict at any step;
+    """Notebook 09's prose says fit loses the variables at its first step or a step that fails while it runs,
+    evaluate and predict at any step;
     shows predict failing at its last batch on a trained model, and the fix (weights saved first, a rebuilt model
     loads them); and that Keras refuses to build a kernel whose columns do not divide."""
     import json
@@ -163,8 +226,10 @@ def test_the_notebook_states_both_rules_and_the_fix():
     cells = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "09_keras_distribution.ipynb").read_text())
     prose = " ".join(" ".join("".join(c["source"]) for c in cells["cells"] if c["cell_type"] == "markdown").split())
     code = "\n".join("".join(c["source"]) for c in cells["cells"] if c["cell_type"] == "code")
-    for said in ("`fit` hands them back even when a step fails (in a `finally`), so it loses them only when its "
-                 "*first* step fails",
+    for said in ("`fit` hands them back even when a step fails (in a `finally`), so a later step that fails "
+                 "*before it runs*, as on a batch that does not divide, loses nothing",
+                 "Its *first* step failing loses them",
+                 "a step that fails *while it runs* leaves `fit` only deleted arrays to hand back",
                  "`evaluate` and `predict` have no such `finally`: a failure at *any* of their steps, a last partial "
                  "batch included, loses them",
                  "save the weights before an `evaluate` or a `predict`",
