@@ -27,8 +27,15 @@ lab: $(STAMP)
 		--LabApp.news_url=None --LabApp.default_url=/lab/tree/00_start_here.ipynb
 
 # Unit tests first, then strict nbval over every notebook. Stored outputs are the simulated-device
-# run, so notebooks are executed and compared with GPUs hidden, on any machine.
-test: lint unit nbval
+# run, so notebooks are executed and compared with GPUs hidden, on any machine. The unit tests keep both cores
+# busy and a notebook run about one, so strict nbval with the Eigen kernels (TF_ENABLE_ONEDNN_OPTS=0) runs beside
+# the unit tests' parallel part (its memory limits kept, its times not measured: they share the cores); then
+# the oneDNN run, alone, with every limit of the performance budget.
+test: lint
+	@status=0; \
+	$(MAKE) --no-print-directory unit NBVAL_BESIDE=0 || status=$$?; \
+	$(MAKE) --no-print-directory nbval NBVAL_FAMILIES=1 || status=$$?; \
+	exit $$status
 
 # The course as a static website from the stored outputs (nothing runs): build/site, MkDocs + mkdocs-jupyter.
 # tests/project/test_site.py builds it once and opens every page in Chromium (part of `make unit`).
@@ -50,13 +57,22 @@ UNIT_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); if [ $$n -lt 2 ]; the
 UNIT_IDLE := tests/project/test_install.py
 # The files that mark tests `timing` (collecting all of tests/ again would take about 25 s).
 UNIT_TIMING = $(shell grep -rlE 'mark\.timing' tests --include='test_*.py' | sort)
+# NBVAL_BESIDE=0 (`make test`): strict nbval with that kernel family runs beside the workers too, times unmeasured.
+NBVAL_BESIDE ?=
 unit: $(STAMP)
-	@status=0; log=$$(mktemp); \
+	@status=0; log=$$(mktemp); nblog=$$(mktemp); nb=""; \
 	$(PY) -m pytest $(UNIT_IDLE) -p no:xdist -p no:cacheprovider -m "not timing and not wheel and not platform" \
 	  > $$log 2>&1 & idle=$$!; \
+	if [ -n "$(NBVAL_BESIDE)" ]; then \
+	  $(MAKE) --no-print-directory nbval NBVAL_FAMILIES="$(NBVAL_BESIDE)" GPUTRAIN_BUDGET_TIME=off > $$nblog 2>&1 & nb=$$!; \
+	fi; \
 	$(PY) -m pytest tests -n $(UNIT_WORKERS) --dist loadfile --no-loadscope-reorder --ignore=$(UNIT_IDLE) \
 	  -m "not timing and not wheel and not platform" $(UNIT_ARGS) || status=$$?; \
 	wait $$idle || status=$$?; echo "== $(UNIT_IDLE) (beside the workers) =="; tail -n 30 $$log; rm -f $$log; \
+	if [ -n "$$nb" ]; then \
+	  echo "== strict nbval, TF_ENABLE_ONEDNN_OPTS=$(NBVAL_BESIDE) (beside the workers) =="; \
+	  if wait $$nb; then tail -n 40 $$nblog; else status=1; cat $$nblog; fi; \
+	fi; rm -f $$nblog; \
 	$(PY) -m pytest $(UNIT_TIMING) -p no:xdist -m timing $(UNIT_ARGS) || status=$$?; \
 	exit $$status
 
@@ -64,11 +80,14 @@ unit: $(STAMP)
 # 00), forced with TF_ENABLE_ONEDNN_OPTS, so a stored output that changes with the kernels fails on any machine,
 # whichever family this CPU runs by default. NBVAL_FAMILIES="0" runs one family only.
 NBVAL_FAMILIES ?= 1 0
+GPUTRAIN_BUDGET_TIME ?= on
+NBVAL_NOTEBOOKS ?= notebooks
 nbval: $(STAMP)
 	@status=0; for family in $(NBVAL_FAMILIES); do \
 	  echo "== strict nbval with TF_ENABLE_ONEDNN_OPTS=$$family =="; \
-	  TF_ENABLE_ONEDNN_OPTS=$$family CUDA_VISIBLE_DEVICES= PYTHONPATH=tests $(PY) -m pytest --nbval --nbval-current-env \
-	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider -p nbval_budget notebooks $(NBVAL_ARGS) \
+	  TF_ENABLE_ONEDNN_OPTS=$$family CUDA_VISIBLE_DEVICES= PYTHONPATH=tests GPUTRAIN_BUDGET_TIME=$(GPUTRAIN_BUDGET_TIME) \
+	    $(PY) -m pytest --nbval --nbval-current-env \
+	    --nbval-sanitize-with tests/nbval_sanitize.cfg -p no:cacheprovider -p nbval_budget $(NBVAL_NOTEBOOKS) $(NBVAL_ARGS) \
 	    || status=$$?; \
 	done; exit $$status
 
