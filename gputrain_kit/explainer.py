@@ -62,7 +62,8 @@ _ENTRIES = (
         "shape on it.",
         "Under tf.data's default auto-shard policy (AUTO on in-memory data, or DATA, which Keras sets for NumPy "
         "arrays) tf.distribute gives each replica ceil(b / replicas) of a global batch of b, in replica order; "
-        "with AutoShardPolicy.OFF it pours a short last batch into the full batch's even shares, in replica order. "
+        "with AutoShardPolicy.OFF, or AUTO on a pipeline that reads files, it pours a short last batch into the full "
+        "batch's even shares, in replica order. "
         "Either way a short last batch can leave the last replicas empty. " + _ONEDNN_CONV + ", and the next operation that "
         "needs the layer's output shape fails (BatchNormalization, its all-reduce, or the Dense layer after pooling; "
         "a Conv2D called eagerly, outside fit, evaluate and predict, fails in its own bias add when the input's "
@@ -114,7 +115,9 @@ _ENTRIES = (
         "Before it runs, each `fit` and each `evaluate` under a strategy (the validation `fit` runs after each epoch "
         "included) reduces the replicas' first batch of its data to their mean to learn the input shapes "
         "(`_maybe_symbolic_build`, keras/src/backend/tensorflow/trainer.py); tf.distribute gives each replica "
-        "ceil(b / replicas) of a batch of b, in order, and a data set smaller than the batch is its own first batch. "
+        "ceil(b / replicas) of a batch of b, in order (data in memory; a pipeline that reads files, or auto-sharding "
+        "OFF, gets even shares, the first b % replicas one more), and a data set smaller than the batch is its own "
+        "first batch. "
         "Only that first batch needs equal shares: an uneven later step runs, and a custom loop (`strategy.run`) "
         "trains on the same batches.",
         "make the first batch of every data set `fit` and `evaluate` see a multiple of the replica count "

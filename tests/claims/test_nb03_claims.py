@@ -177,6 +177,13 @@ def test_a_scope_inside_call_places_the_work_not_the_variables_and_an_eager_buil
     out["own_build_by_fit"] = stage_of(train(PlacedStages(d[1:3])))
     eager = TwoStages(d[1:3]); eager(x[:2])
     out["eager_first_call"] = stage_of(eager)
+    # twelfth read: a scope *around* the first call, or around fit, is where the trace's StatelessScope exits
+    with tf.device(d[3]):
+        around = TwoStages(d[1:3]); around(x[:2])
+    out["around_first_call"] = stage_of(around)
+    with tf.device(d[3]):
+        around_fit = train(TwoStages(d[1:3]))
+    out["around_fit"] = state_bytes(around_fit)
     inp = keras.Input((64,))                                   # section 1's way: built eagerly, on symbolic inputs
     with tf.device(d[1]):
         h = keras.layers.Dense(64)(inp)
@@ -202,6 +209,8 @@ def test_a_scope_inside_call_places_the_work_not_the_variables_and_an_eager_buil
     assert out["nested_built"] == {"stage_1": ["CPU:1"], "stage_2": ["CPU:2"]}
     assert out["own_build_by_fit"] == {"stage_1": ["CPU:1"], "stage_2": ["CPU:2"]}
     assert out["eager_first_call"] == {"stage_1": ["CPU:0"], "stage_2": ["CPU:0"]}
+    assert out["around_first_call"] == {"stage_1": ["CPU:3"], "stage_2": ["CPU:3"]}
+    assert out["around_fit"] == {"CPU:3": 3 * (params_1 + params_2)}                  # the slots too, one device
     # a functional model's variables follow its scopes, but fit still puts Adam's slots on the default device
     f1, f2 = (64 * 64 + 64) * 4, (64 * 10 + 10) * 4
     assert out["functional"] == {"CPU:0": 2 * (f1 + f2), "CPU:1": f1, "CPU:2": f2}
@@ -239,12 +248,15 @@ def test_the_prose_says_which_data_parallelism_and_which_versions():
                    "A `tf.device` scope places a layer's *variables* where the layer is built outside Keras's "
                    "symbolic trace of `call()`",
                    "only when that build runs outside Keras's symbolic trace of `call()`",
+                   "its variables go where that trace's `StatelessScope` exits, the scope around the model's first "
+                   "call or `fit` (the default device without one), all of them on that one device",
                    "neither a speed-up nor its absence can be read from them",
                    "A single doubling from 4 to 8 is not checked"):
         assert quoted in prose, quoted
     assert "within 0.1" not in prose
     assert "where the layer is built eagerly" not in prose and "on the spot, *eagerly*" not in prose
     assert "built *eagerly*" not in prose                  # the summary kept the old rule (twelfth read)
+    assert "gets the default device whatever" not in prose   # a scope around the first call places them (twelfth)
     assert "Variables go where a layer is built outside Keras's symbolic trace of `call()`" in prose
     # ZeRO shards by stages: only stage 3 (and FSDP's full sharding) keeps 1/n of all three parts
     assert "only stage 3, like PyTorch's FSDP with full sharding, keeps 1/n of all three" in prose
