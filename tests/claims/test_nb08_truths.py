@@ -350,6 +350,28 @@ def test_keras_runs_the_update_on_every_small_step_on_jax_and_on_the_kth_on_tens
     assert "_backend_apply_gradients" not in vars(TFOptimizer)               # TensorFlow's keeps the base's cond
 
 
+def test_tensorflows_cond_holds_without_xla_and_keras_compiles_with_xla_on_a_gpu_without_a_strategy():
+    """Twelfth read: section 7's "the gap may be smaller on TensorFlow" holds for a step run as a TensorFlow graph;
+    Keras's jit_compile="auto" turns XLA on where TensorFlow sees a device other than the CPU and no tf.distribute
+    strategy is in use (and every layer supports it), so on one GPU the step is compiled by XLA. The notebook says
+    so where it says the rest (cells f08gpumisses and f08recipeafter), and plans the mixed row of section 2's
+    table with the estimate where bfloat16 is emulated."""
+    import inspect
+
+    from keras.src.trainers.trainer import Trainer
+
+    auto = inspect.getsource(Trainer._resolve_auto_jit_compile)
+    assert 'x.device_type != "CPU"' in auto and "Disable XLA on CPU-only machines" in auto
+    assert "if self._distribute_strategy:" in auto and "Disable XLA with tf.distribute" in auto
+    assert "if model_supports_jit(self):\n            return True" in auto
+    text = {key: " ".join(value.split()) for key, value in _notebook_text().items()}
+    assert "where the step runs as a TensorFlow graph" in text["f08gpumisses"]
+    assert "Keras compiles the step with XLA by default, unless a `tf.distribute` strategy is in use" in \
+        text["f08gpumisses"]
+    assert "TensorFlow without XLA the update runs only on every k-th step" in text["f08recipeafter"]
+    assert "except for the mixed-precision row on a CPU that emulates bfloat16" in text["f91568b3"]
+
+
 def _notebook_text(kind: str = "markdown") -> dict[str, str]:
     notebook = json.loads(NOTEBOOK.read_text())
     return {cell["id"]: "".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == kind}
