@@ -248,6 +248,7 @@ def dies_after_one_all_reduce():
     all_reduce()
 
 
+@pytest.mark.timing      # a time limit the workers must beat: run alone (a loaded machine missed it)
 def test_a_dead_worker_aborts_the_survivors_collective_by_heartbeats_or_lost_connection():
     """MWMS configures TensorFlow's coordination service (and then switches its own _check_health
     thread off); the service aborts the survivors' collectives when heartbeats stop, unless the
@@ -315,6 +316,7 @@ def hangs_after_one_all_reduce():
     print("the next all-reduce finished", flush=True)
 
 
+@pytest.mark.timing      # a time limit the workers must beat: run alone (a loaded machine missed it)
 def test_a_hung_worker_is_not_found_by_heartbeats_only_the_timeout_stops_it():
     with pytest.raises(mw.WorkerTimeout) as info:
         mw.launch_local_workers(hangs_after_one_all_reduce, 2, log=None, timeout=35)
@@ -336,6 +338,7 @@ def test_port_in_use_is_a_clear_error_before_anything_starts():
         assert info.value.pids == []
 
 
+@pytest.mark.timing      # a time limit the workers must beat: run alone (a loaded machine missed it)
 def test_port_taken_between_check_and_bind_is_named(monkeypatch):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
