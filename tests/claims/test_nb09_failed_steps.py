@@ -13,6 +13,14 @@ import json, numpy as np, gputrain_kit as kit
 kit.setup(devices=8, backend="jax")
 import keras
 from keras import distribution
+
+def error(call):
+    """What call() raised, as 'Type: message', or '' when it ran."""
+    try:
+        call()
+        return ""
+    except Exception as err:
+        return type(err).__name__ + ": " + str(err)
 ''' + JAX_MODELS
 
 STEPS = '''
@@ -26,13 +34,6 @@ layouts = distribution.LayoutMap(distribution.DeviceMesh((2, 4), ["batch", "mode
 layouts["(.*/)?(d[0-9]+|ff[0-9]+|head)/kernel"] = (None, "model")
 kinds = {"DataParallel": (distribution.DataParallel(devices=devices), 300),          # 256, then 44 over 8
          "ModelParallel": (distribution.ModelParallel(layout_map=layouts, batch_dim_name="batch"), 257)}  # 1 over 2
-
-def error(call):
-    try:
-        call()
-        return ""
-    except Exception as err:
-        return type(err).__name__ + ": " + str(err)
 
 results = {}
 cases = (("mlp", mlp, "DataParallel", ("fit", "evaluate", "predict")), ("mlp", mlp, "ModelParallel", ("fit", "evaluate", "predict")),
@@ -107,13 +108,6 @@ import jax, logging
 logging.getLogger("jax._src.callback").disabled = True
 rng = np.random.default_rng(0)
 x, y = rng.normal(size=(256, 256)).astype("float32"), rng.integers(0, 8, 256)
-
-def error(call):
-    try:
-        call()
-        return ""
-    except Exception as err:
-        return type(err).__name__ + ": " + str(err)
 
 out = {}
 for fail_at in (1, 4):
